@@ -1,0 +1,67 @@
+# The two commands users need: `make run` and `make test`. Both set everything up first and are
+# idempotent: a second run reuses the virtualenv and the Debian packages already installed.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMPS := .stamps
+SOURCES := $(shell find platform spark -type f \( -name '*.py' -o -name '*.spec' -o -name 'py.typed' \) 2>/dev/null) pyproject.toml setup.py
+
+.PHONY: run test lint typecheck bench clean setup setup-test
+
+run: setup
+	$(VENV)/bin/riverbed dev --data-dir ./.riverbed
+
+test: setup-test
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+lint: setup-test
+	$(VENV)/bin/ruff check platform spark tests bench
+	$(VENV)/bin/ruff format --check platform spark tests bench
+
+typecheck: setup-test
+	$(PY) -m tools.typecheck
+
+bench: setup-test
+	$(PY) -m bench.run $(BENCH_ARGS)
+
+setup: $(STAMPS)/debian-run $(STAMPS)/installed
+setup-test: setup $(STAMPS)/debian-test $(STAMPS)/test-deps $(STAMPS)/installed
+
+# Java and ZooKeeper come from Debian's packages; only install what is missing.
+$(STAMPS)/debian-run:
+	@mkdir -p $(STAMPS)
+	@if ! dpkg -s zookeeper default-jre-headless >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper default-jre-headless; \
+	fi
+	@touch $@
+
+# Tools the tests and benchmarks drive: kcat (librdkafka) and redis-server (benchmark baseline).
+$(STAMPS)/debian-test: $(STAMPS)/debian-run
+	@if ! dpkg -s kcat redis-server redis-tools >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat redis-server redis-tools; \
+	fi
+	@touch $@
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+
+$(STAMPS)/runtime-deps: pyproject.toml | $(PY)
+	@mkdir -p $(STAMPS)
+	$(PY) -m tools.deps runtime | xargs $(PY) -m pip install -q
+	@touch $@
+
+$(STAMPS)/test-deps: pyproject.toml $(STAMPS)/runtime-deps | $(PY)
+	$(PY) -m tools.deps test | xargs $(PY) -m pip install -q
+	@touch $@
+
+# A regular (non-editable) install: the wheel's generated riverbed/__init__.py (see setup.py) is
+# what users get, so it is what the tests import.
+$(STAMPS)/installed: $(SOURCES) $(STAMPS)/runtime-deps
+	$(PY) -m pip install -q --no-deps --no-build-isolation --force-reinstall .
+	@rm -rf build riverbed.egg-info
+	@touch $@
+
+clean:
+	rm -rf $(VENV) $(STAMPS) build dist *.egg-info

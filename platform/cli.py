@@ -1,0 +1,294 @@
+"""The `riverbed` command: run brokers and a local development cluster, manage topics.
+
+Every failure a user can cause (bad flag, bad config, unreachable broker, Kafka error) ends in one
+line on stderr naming the problem and a non-zero exit; tracebacks are for bugs only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+from riverbed.client.admin import Admin
+from riverbed.configs import BrokerConfig, ConfigError
+from riverbed.protocol.errors import KafkaError
+
+log = logging.getLogger("riverbed")
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+EXIT_USAGE = 2
+EXIT_FAILURE = 1
+# `riverbed dev`: how long to wait for the broker to accept connections.
+DEV_BROKER_START_TIMEOUT_S = 60.0
+
+
+class CliError(Exception):
+    """A user-facing failure: printed as one line, exit status 1."""
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _configure_logging(args.log_level)
+    try:
+        command: Callable[[argparse.Namespace], int] = args.command
+        sys.exit(command(args))
+    except (CliError, ConfigError, KafkaError, ValueError, OSError) as error:
+        print(f"riverbed: error: {_describe(error)}", file=sys.stderr)
+        sys.exit(EXIT_FAILURE)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, KafkaError):
+        return f"{error.code.name}: {error}"
+    return str(error)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="riverbed", description=__doc__)
+    parser.add_argument("--log-level", default=os.environ.get("RIVERBED_LOG_LEVEL", "INFO"))
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    broker = commands.add_parser("broker", help="run one broker")
+    broker.add_argument("--id", type=int, dest="broker_id", help="broker.id")
+    broker.add_argument("--listen", metavar="HOST:PORT", help="listener address")
+    broker.add_argument("--data-dir", metavar="DIR", help="log.dirs: where partition logs live")
+    broker.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]", help="zookeeper.connect")
+    broker.add_argument("--config", metavar="FILE", help="a .properties file with the same keys")
+    broker.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="any broker setting"
+    )
+    broker.set_defaults(command=_run_broker)
+
+    dev = commands.add_parser("dev", help="local ZooKeeper + one broker for development")
+    dev.add_argument("--data-dir", default="./.riverbed", metavar="DIR")
+    dev.add_argument("--listen", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT")
+    dev.set_defaults(command=_run_dev)
+
+    topics = commands.add_parser("topics", help="create, list, describe and delete topics")
+    topic_commands = topics.add_subparsers(required=True, metavar="ACTION")
+    create = topic_commands.add_parser("create", help="create a topic")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, default=-1)
+    create.add_argument("--replication-factor", type=int, default=-1)
+    create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    create.set_defaults(command=_topics_create)
+    listing = topic_commands.add_parser("list", help="list topics")
+    listing.set_defaults(command=_topics_list)
+    describe = topic_commands.add_parser("describe", help="partitions and configs of a topic")
+    describe.add_argument("name")
+    describe.add_argument("--json", action="store_true", help="machine-readable output")
+    describe.set_defaults(command=_topics_describe)
+    delete = topic_commands.add_parser("delete", help="delete a topic")
+    delete.add_argument("name")
+    delete.set_defaults(command=_topics_delete)
+    for sub in (create, listing, describe, delete):
+        sub.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT")
+    return parser
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
+        stream=sys.stderr,
+    )
+    # kazoo logs every reconnect attempt at INFO; the broker logs what matters itself.
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+
+
+def _parse_pairs(pairs: Sequence[str], what: str) -> dict[str, str]:
+    result = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise CliError(f"{what} {pair!r} is not KEY=VALUE")
+        result[key.strip()] = value.strip()
+    return result
+
+
+def broker_config_from_args(args: argparse.Namespace) -> BrokerConfig:
+    """Merge the config file, then --set pairs, then the dedicated flags (highest precedence)."""
+    settings: dict[str, str] = {}
+    if args.config:
+        settings.update(BrokerConfig.load_properties(Path(args.config)))
+    settings.update(_parse_pairs(args.set, "--set"))
+    if args.broker_id is not None:
+        settings["broker.id"] = str(args.broker_id)
+    if args.listen:
+        settings["listeners"] = f"PLAINTEXT://{args.listen}"
+    if args.data_dir:
+        settings["log.dirs"] = args.data_dir
+    if args.zookeeper:
+        settings["zookeeper.connect"] = args.zookeeper
+    return BrokerConfig.from_mapping(settings)
+
+
+def _run_broker(args: argparse.Namespace) -> int:
+    from riverbed.hot.broker import Broker  # noqa: PLC0415 - keeps `topics` commands light
+
+    config = broker_config_from_args(args)
+
+    async def serve() -> None:
+        broker = Broker(config)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        try:
+            await broker.start()
+        except BaseException:
+            await broker.stop()
+            raise
+        await stop.wait()
+        log.info("shutting down broker %d", config.broker_id)
+        await broker.stop()
+
+    asyncio.run(serve())
+    return 0
+
+
+def _run_dev(args: argparse.Namespace) -> int:
+    """`make run`: a local ZooKeeper from Debian's package and one broker, under --data-dir."""
+    from riverbed.coordination.embedded_zk import EmbeddedZooKeeper  # noqa: PLC0415
+
+    data_dir = Path(args.data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    host, _, port = args.listen.rpartition(":")
+    with EmbeddedZooKeeper(data_dir / "zookeeper") as zookeeper:
+        command = [
+            sys.executable, "-m", "riverbed.cli", "broker", "--id", "1", "--listen", args.listen,
+            "--data-dir", str(data_dir / "broker-1"), "--zookeeper", zookeeper.connect_string,
+        ]
+        broker = subprocess.Popen(command)
+        try:
+            _wait_for_port(host, int(port), broker, DEV_BROKER_START_TIMEOUT_S)
+            print(_dev_banner(args.listen, data_dir, zookeeper.connect_string), flush=True)
+            broker.wait()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            if broker.poll() is None:
+                broker.send_signal(signal.SIGTERM)
+                try:
+                    broker.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    broker.kill()
+    print("riverbed: stopped", file=sys.stderr)
+    return 0 if broker.returncode in (0, -signal.SIGTERM) else EXIT_FAILURE
+
+
+def _wait_for_port(host: str, port: int, process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    import socket  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise CliError(f"the broker exited with status {process.returncode} during startup")
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
+            return
+        time.sleep(0.1)
+    raise CliError(f"the broker did not accept connections on {host}:{port} in {timeout_s:.0f}s")
+
+
+def _dev_banner(bootstrap: str, data_dir: Path, zookeeper: str) -> str:
+    return f"""
+Riverbed is running.
+  bootstrap servers: {bootstrap}
+  state:             {data_dir}
+  zookeeper:         {zookeeper}
+Try it (in another terminal):
+  .venv/bin/riverbed topics create demo --partitions 3 --bootstrap-server {bootstrap}
+  seq 1 5 | kcat -P -b {bootstrap} -t demo
+  kcat -C -b {bootstrap} -t demo -o beginning -e
+Press Ctrl-C to stop.
+"""
+
+
+def _admin_command(
+    args: argparse.Namespace, action: Callable[[Admin], Awaitable[int]]
+) -> int:
+    async def run() -> int:
+        async with Admin(bootstrap_servers=args.bootstrap_server) as admin:
+            return await action(admin)
+
+    return asyncio.run(run())
+
+
+def _topics_create(args: argparse.Namespace) -> int:
+    configs = _parse_pairs(args.config, "--config")
+
+    async def action(admin: Admin) -> int:
+        await admin.create_topic(
+            args.name,
+            partitions=args.partitions,
+            replication_factor=args.replication_factor,
+            configs=configs,
+        )
+        print(f"created topic {args.name}")
+        return 0
+
+    return _admin_command(args, action)
+
+
+def _topics_list(args: argparse.Namespace) -> int:
+    async def action(admin: Admin) -> int:
+        for name in await admin.list_topics():
+            print(name)
+        return 0
+
+    return _admin_command(args, action)
+
+
+def _topics_describe(args: argparse.Namespace) -> int:
+    async def action(admin: Admin) -> int:
+        topic = await admin.describe_topic(args.name)
+        if args.json:
+            print(json.dumps({
+                "name": topic.name,
+                "topic_id": str(topic.topic_id),
+                "partitions": [
+                    {"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
+                     "replicas": list(p.replicas), "isr": list(p.isr)}
+                    for p in topic.partitions
+                ],
+                "configs": topic.configs,
+            }, indent=2))
+            return 0
+        print(f"Topic: {topic.name}  TopicId: {topic.topic_id}  Partitions: {len(topic.partitions)}")
+        for p in topic.partitions:
+            print(
+                f"  partition {p.partition}  leader {p.leader}  epoch {p.leader_epoch}  "
+                f"replicas {','.join(map(str, p.replicas))}  isr {','.join(map(str, p.isr))}"
+            )
+        print("Configs:")
+        for name, value in sorted(topic.configs.items()):
+            print(f"  {name}={value}")
+        return 0
+
+    return _admin_command(args, action)
+
+
+def _topics_delete(args: argparse.Namespace) -> int:
+    async def action(admin: Admin) -> int:
+        await admin.delete_topic(args.name)
+        print(f"deleted topic {args.name}")
+        return 0
+
+    return _admin_command(args, action)
+
+
+if __name__ == "__main__":
+    main()

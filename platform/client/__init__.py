@@ -1,0 +1,1 @@
+"""The asyncio client: producer, consumer and admin."""

@@ -1,0 +1,1 @@
+"""Cluster metadata in ZooKeeper (through kazoo): brokers, topics, partition state, configs."""

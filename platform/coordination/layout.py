@@ -1,0 +1,381 @@
+"""Where cluster metadata lives in ZooKeeper, and the one place its JSON is encoded and decoded.
+
+Modelled on Apache Kafka's ZooKeeper layout before KRaft, so the tree reads familiarly to anyone
+who has run Kafka (paths are relative to the chroot of the connect string):
+
+| Path                                         | Mode       | Data                 | Written by    |
+|----------------------------------------------|------------|----------------------|---------------|
+| /cluster/id                                  | persistent | cluster id           | first broker  |
+| /brokers/ids/<broker id>                     | ephemeral  | BrokerRegistration   | its broker    |
+| /brokers/topics/<topic>                      | persistent | TopicAssignment      | create topic  |
+| /brokers/topics/<topic>/partitions/<p>/state | persistent | PartitionState       | create, CAS   |
+| /config/topics/<topic>                       | persistent | TopicConfigOverrides | create, alter |
+| /controller                                  | ephemeral  | controller           | controller    |
+| /controller_epoch                            | persistent | epoch                | each election |
+| /admin/delete_topics/<topic>                 | persistent | (reserved)           | -             |
+
+The data, one JSON object per znode (Kafka's field names and version numbers):
+
+- cluster id: `{"version": "1", "id": "<22-char base64url UUID>"}`
+- BrokerRegistration: `{"version": 5, "host": "h", "port": 9092, "endpoints":
+  ["PLAINTEXT://h:9092"], "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+  "jmx_port": -1, "rack": null, "timestamp": "<ms>"}`; the broker id is the znode name.
+- TopicAssignment: `{"version": 3, "topic_id": "<base64url UUID>", "partitions":
+  {"0": [1, 2]}, "adding_replicas": {}, "removing_replicas": {}}`; replicas preferred first.
+- PartitionState: `{"version": 1, "leader": 1, "leader_epoch": 0, "isr": [1, 2],
+  "controller_epoch": 1}`; rewritten only conditionally on the znode version.
+- TopicConfigOverrides: `{"version": 1, "config": {"retention.ms": "86400000"}}` (overrides only).
+- controller: `{"version": 1, "brokerid": 1, "timestamp": "<ms>"}`.
+- epoch: the decimal string, e.g. `7`; bumped with a version check in the election transaction.
+- `/admin/delete_topics` is Kafka's asynchronous delete marker; Riverbed deletes a topic's znodes
+  in one transaction instead, so the path is created but stays empty.
+
+A topic's assignment, partition states and config overrides are created and deleted together in
+one ZooKeeper transaction, so no reader ever sees half a topic. Topic ids are Kafka's: a random
+UUID printed as URL-safe base64 without padding.
+
+Decoding is strict: a znode that is not what this table says raises MalformedZnodeError naming
+the path and the field, rather than surfacing as a KeyError far away.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+CLUSTER_ID_PATH: Final = "/cluster/id"
+BROKER_IDS_PATH: Final = "/brokers/ids"
+BROKER_TOPICS_PATH: Final = "/brokers/topics"
+CONFIG_TOPICS_PATH: Final = "/config/topics"
+CONTROLLER_PATH: Final = "/controller"
+CONTROLLER_EPOCH_PATH: Final = "/controller_epoch"
+DELETE_TOPICS_PATH: Final = "/admin/delete_topics"
+# Created once at startup so that children watches and creates below them always have a parent.
+PERSISTENT_PATHS: Final = (
+    BROKER_IDS_PATH,
+    BROKER_TOPICS_PATH,
+    CONFIG_TOPICS_PATH,
+    DELETE_TOPICS_PATH,
+)
+
+BROKER_REGISTRATION_VERSION: Final = 5
+TOPIC_ASSIGNMENT_VERSION: Final = 3
+PARTITION_STATE_VERSION: Final = 1
+TOPIC_CONFIG_VERSION: Final = 1
+CONTROLLER_VERSION: Final = 1
+
+# Kafka's rule (org.apache.kafka.common.internals.Topic): the name is also a file name.
+TOPIC_NAME_LENGTH_MAX: Final = 249
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+NO_LEADER: Final = -1
+
+
+class MalformedZnodeError(ValueError):
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"malformed znode {path}: {reason}")
+        self.path = path
+
+
+def topic_name_error(name: str) -> str | None:
+    """Why `name` is not a legal topic name, or None if it is."""
+    if not name:
+        return "topic name is empty"
+    if name in (".", ".."):
+        return f"topic name cannot be {name!r}"
+    if len(name) > TOPIC_NAME_LENGTH_MAX:
+        return f"topic name is {len(name)} characters long; the maximum is {TOPIC_NAME_LENGTH_MAX}"
+    if not _TOPIC_NAME.fullmatch(name):
+        return f"topic name {name!r} has characters outside [a-zA-Z0-9._-]"
+    return None
+
+
+# ---- paths ----------------------------------------------------------------------------------
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS_PATH}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{BROKER_TOPICS_PATH}/{topic}"
+
+
+def partitions_path(topic: str) -> str:
+    return f"{topic_path(topic)}/partitions"
+
+
+def partition_path(topic: str, partition: int) -> str:
+    return f"{partitions_path(topic)}/{partition}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{partition_path(topic, partition)}/state"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS_PATH}/{topic}"
+
+
+def delete_topic_marker_path(topic: str) -> str:
+    return f"{DELETE_TOPICS_PATH}/{topic}"
+
+
+# ---- topic ids ------------------------------------------------------------------------------
+
+
+def encode_uuid(value: uuid.UUID) -> str:
+    """Kafka's Uuid.toString(): URL-safe base64 of the 16 bytes, without padding."""
+    return base64.urlsafe_b64encode(value.bytes).decode("ascii").rstrip("=")
+
+
+def decode_uuid(text: str) -> uuid.UUID:
+    if len(text) != 22:
+        raise ValueError(f"a topic id is 22 base64url characters, got {text!r}")
+    try:
+        return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=="))
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"{text!r} is not a base64url UUID") from error
+
+
+# ---- records --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    broker_id: int  # from the znode name, not stored in the JSON (as in Kafka)
+    host: str
+    port: int
+    endpoints: tuple[str, ...] = ()  # "LISTENER://host:port"; defaults to PLAINTEXT://host:port
+    rack: str | None = None
+    timestamp_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if self.broker_id < 0:
+            raise ValueError(f"broker id must be >= 0, got {self.broker_id}")
+        if not 0 < self.port < 65536:
+            raise ValueError(f"broker port must be in 1..65535, got {self.port}")
+
+    @property
+    def listeners(self) -> tuple[str, ...]:
+        return self.endpoints or (f"PLAINTEXT://{self.host}:{self.port}",)
+
+    def encode(self) -> bytes:
+        return _dump(
+            {
+                "version": BROKER_REGISTRATION_VERSION,
+                "host": self.host,
+                "port": self.port,
+                "endpoints": list(self.listeners),
+                "listener_security_protocol_map": {
+                    endpoint.split("://", 1)[0]: "PLAINTEXT" for endpoint in self.listeners
+                },
+                "jmx_port": -1,
+                "rack": self.rack,
+                "timestamp": str(self.timestamp_ms),
+            }
+        )
+
+    @classmethod
+    def decode(cls, broker_id: int, data: bytes) -> BrokerRegistration:
+        path = broker_path(broker_id)
+        fields = _Fields.load(path, data)
+        rack = fields.get("rack")
+        if rack is not None and not isinstance(rack, str):
+            raise MalformedZnodeError(path, "field 'rack' must be a string or null")
+        try:
+            return cls(
+                broker_id=broker_id,
+                host=fields.string("host"),
+                port=fields.integer("port"),
+                endpoints=tuple(fields.string_list("endpoints")),
+                rack=rack,
+                timestamp_ms=fields.decimal_string("timestamp"),
+            )
+        except ValueError as error:
+            if isinstance(error, MalformedZnodeError):
+                raise
+            raise MalformedZnodeError(path, str(error)) from error
+
+
+@dataclass(frozen=True, slots=True)
+class TopicAssignment:
+    topic_id: uuid.UUID
+    partitions: Mapping[int, tuple[int, ...]]  # partition -> replica broker ids, preferred first
+
+    def encode(self) -> bytes:
+        return _dump(
+            {
+                "version": TOPIC_ASSIGNMENT_VERSION,
+                "topic_id": encode_uuid(self.topic_id),
+                "partitions": {
+                    str(p): list(replicas) for p, replicas in sorted(self.partitions.items())
+                },
+                "adding_replicas": {},
+                "removing_replicas": {},
+            }
+        )
+
+    @classmethod
+    def decode(cls, topic: str, data: bytes) -> TopicAssignment:
+        path = topic_path(topic)
+        fields = _Fields.load(path, data)
+        raw_partitions = fields.get("partitions")
+        if not isinstance(raw_partitions, dict) or not raw_partitions:
+            raise MalformedZnodeError(path, "field 'partitions' must be a non-empty object")
+        partitions: dict[int, tuple[int, ...]] = {}
+        for key, replicas in raw_partitions.items():
+            if not key.isdigit():
+                raise MalformedZnodeError(path, f"partition key {key!r} is not a number")
+            partitions[int(key)] = tuple(_int_list(path, f"partitions.{key}", replicas))
+        if sorted(partitions) != list(range(len(partitions))):
+            raise MalformedZnodeError(path, "partitions must be numbered 0..n-1")
+        try:
+            topic_id = decode_uuid(fields.string("topic_id"))
+        except ValueError as error:
+            raise MalformedZnodeError(path, str(error)) from error
+        return cls(topic_id=topic_id, partitions=partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    leader: int  # NO_LEADER (-1) when none
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+
+    def encode(self) -> bytes:
+        return _dump(
+            {
+                "version": PARTITION_STATE_VERSION,
+                "leader": self.leader,
+                "leader_epoch": self.leader_epoch,
+                "isr": list(self.isr),
+                "controller_epoch": self.controller_epoch,
+            }
+        )
+
+    @classmethod
+    def decode(cls, path: str, data: bytes) -> PartitionState:
+        fields = _Fields.load(path, data)
+        return cls(
+            leader=fields.integer("leader"),
+            leader_epoch=fields.integer("leader_epoch"),
+            isr=tuple(fields.integer_list("isr")),
+            controller_epoch=fields.integer("controller_epoch"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfigOverrides:
+    config: Mapping[str, str] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        return _dump({"version": TOPIC_CONFIG_VERSION, "config": dict(sorted(self.config.items()))})
+
+    @classmethod
+    def decode(cls, topic: str, data: bytes) -> TopicConfigOverrides:
+        path = topic_config_path(topic)
+        raw = _Fields.load(path, data).get("config")
+        if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+            raise MalformedZnodeError(path, "field 'config' must be an object of strings")
+        return cls(config=dict(raw))
+
+
+def encode_controller(broker_id: int, timestamp_ms: int) -> bytes:
+    return _dump(
+        {"version": CONTROLLER_VERSION, "brokerid": broker_id, "timestamp": str(timestamp_ms)}
+    )
+
+
+def decode_controller(data: bytes) -> int:
+    """The controller's broker id."""
+    return _Fields.load(CONTROLLER_PATH, data).integer("brokerid")
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return str(epoch).encode("ascii")
+
+
+def decode_controller_epoch(data: bytes) -> int:
+    text = data.decode("ascii", errors="replace").strip()
+    if not text.isdigit():
+        raise MalformedZnodeError(CONTROLLER_EPOCH_PATH, f"expected a decimal epoch, got {text!r}")
+    return int(text)
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dump({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes) -> str:
+    return _Fields.load(CLUSTER_ID_PATH, data).string("id")
+
+
+# ---- strict JSON helpers --------------------------------------------------------------------
+
+
+def _dump(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode("utf-8")
+
+
+def _int_list(path: str, key: str, value: object) -> list[int]:
+    if not isinstance(value, list) or not all(_is_int(item) for item in value):
+        raise MalformedZnodeError(path, f"field {key!r} must be a list of integers")
+    return list(value)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class _Fields:
+    """A decoded JSON object that names the znode and the field in every error."""
+
+    def __init__(self, path: str, values: dict[str, object]) -> None:
+        self.path = path
+        self.values = values
+
+    @classmethod
+    def load(cls, path: str, data: bytes) -> _Fields:
+        try:
+            values = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise MalformedZnodeError(path, f"not JSON ({error})") from error
+        if not isinstance(values, dict):
+            raise MalformedZnodeError(path, "expected a JSON object")
+        return cls(path, values)
+
+    def get(self, key: str) -> object:
+        return self.values.get(key)
+
+    def integer(self, key: str) -> int:
+        value = self.values.get(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise MalformedZnodeError(self.path, f"field {key!r} must be an integer, got {value!r}")
+        return value
+
+    def string(self, key: str) -> str:
+        value = self.values.get(key)
+        if not isinstance(value, str):
+            raise MalformedZnodeError(self.path, f"field {key!r} must be a string, got {value!r}")
+        return value
+
+    def decimal_string(self, key: str) -> int:
+        value = self.string(key)
+        if not value.isdigit():
+            raise MalformedZnodeError(self.path, f"field {key!r} must be decimal, got {value!r}")
+        return int(value)
+
+    def integer_list(self, key: str) -> list[int]:
+        return _int_list(self.path, key, self.values.get(key))
+
+    def string_list(self, key: str) -> list[str]:
+        value = self.values.get(key)
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise MalformedZnodeError(self.path, f"field {key!r} must be a list of strings")
+        return list(value)

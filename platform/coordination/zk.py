@@ -1,0 +1,527 @@
+"""An asyncio face on kazoo: every ZooKeeper call is awaitable and never blocks the event loop.
+
+How the bridge works, and why:
+
+* Data calls use kazoo's `*_async` methods. Each returns an IAsyncResult whose `rawlink`
+  callback runs on kazoo's completion thread; that callback only hands the outcome to the loop
+  with `loop.call_soon_threadsafe`. No thread is parked per call, so there is nothing to bound:
+  kazoo already pipelines every request over its one connection, and a cancelled awaiter simply
+  drops the answer when it arrives.
+* Watches use kazoo's own ChildrenWatch / DataWatch recipes, which re-arm the one-shot ZooKeeper
+  watch after every event and re-read after a reconnect or a new session. Their callbacks run on
+  kazoo's callback thread and are forwarded to the loop in order (call_soon_threadsafe is FIFO).
+  The recipes fetch synchronously when built, so they are built on a small bounded executor.
+* Lifecycle steps that kazoo only offers as blocking calls (stopping joins its threads;
+  creating a missing chroot needs a session outside the chroot) run in a worker thread.
+* Connection state changes are forwarded to the loop as `ConnectionState`, which separates a
+  resumed session (ephemerals intact) from a new one (ephemerals must be recreated).
+
+kazoo's exceptions are translated once, here, into the `ZkError` family below, so nothing above
+this module imports kazoo.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import enum
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from kazoo import exceptions as kazoo_errors
+from kazoo.client import KazooClient, KazooState
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.retry import KazooRetry
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_MS: Final = 15_000
+SESSION_TIMEOUT_MS: Final = 18_000  # Kafka's zookeeper.session.timeout.ms default
+# kazoo's default reconnect backoff grows to 60 s; a restarted ZooKeeper should be found quickly.
+RECONNECT_DELAY_MS_MAX: Final = 1_000
+# Watch recipes do one blocking read when built; this many may be built at once.
+WATCH_SETUP_THREADS_MAX: Final = 4
+
+T = TypeVar("T")
+
+
+class ConnectionState(enum.Enum):
+    CONNECTED = "connected"  # a new session: the first one, or the one after LOST
+    SUSPENDED = "suspended"  # connection dropped; the session may still be alive
+    RECONNECTED = "reconnected"  # the same session resumed: ephemerals and watches intact
+    LOST = "lost"  # the session expired or was closed: its ephemerals are gone
+
+
+class ZkError(Exception):
+    """A ZooKeeper operation failed; `path` is the znode it concerned, if any."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class NoNodeError(ZkError):
+    pass
+
+
+class NodeExistsError(ZkError):
+    pass
+
+
+class BadVersionError(ZkError):
+    pass
+
+
+class NotEmptyError(ZkError):
+    pass
+
+
+class ZkConnectionError(ZkError):
+    """Not connected: the connection was lost, the session expired, or the client is closed."""
+
+
+_TRANSLATIONS: Final[tuple[tuple[type[Exception], type[ZkError]], ...]] = (
+    (kazoo_errors.NoNodeError, NoNodeError),
+    (kazoo_errors.NodeExistsError, NodeExistsError),
+    (kazoo_errors.BadVersionError, BadVersionError),
+    (kazoo_errors.NotEmptyError, NotEmptyError),
+    (kazoo_errors.ConnectionLoss, ZkConnectionError),
+    (kazoo_errors.SessionExpiredError, ZkConnectionError),
+    (kazoo_errors.ConnectionClosedError, ZkConnectionError),
+    (kazoo_errors.ZookeeperStoppedError, ZkConnectionError),
+    (kazoo_errors.ZookeeperError, ZkError),
+    (kazoo_errors.KazooException, ZkError),
+)
+
+
+def translate_error(error: BaseException, path: str | None) -> BaseException:
+    for kazoo_type, ours in _TRANSLATIONS:
+        if isinstance(error, kazoo_type):
+            name = type(error).__name__
+            where = f" at {path}" if path else ""
+            return ours(f"{name}{where}{': ' if str(error) else ''}{error}", path)
+    return error
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStat:
+    version: int  # data version, the one conditional writes compare against
+    children_version: int
+    ephemeral_owner: int  # session id owning an ephemeral node, else 0
+    created_zxid: int
+    modified_zxid: int
+    created_ms: int
+    modified_ms: int
+    data_length: int
+    children_count: int
+
+    @classmethod
+    def from_kazoo(cls, stat: Any) -> NodeStat:
+        return cls(
+            version=stat.version,
+            children_version=stat.cversion,
+            ephemeral_owner=stat.ephemeralOwner,
+            created_zxid=stat.czxid,
+            modified_zxid=stat.mzxid,
+            created_ms=stat.ctime,
+            modified_ms=stat.mtime,
+            data_length=stat.dataLength,
+            children_count=stat.numChildren,
+        )
+
+
+# Transaction operations (all applied atomically, or none).
+@dataclass(frozen=True, slots=True)
+class CheckOp:
+    path: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateOp:
+    path: str
+    data: bytes = b""
+    ephemeral: bool = False
+    sequence: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SetOp:
+    path: str
+    data: bytes
+    version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteOp:
+    path: str
+    version: int = -1
+
+
+TransactionOp = CheckOp | CreateOp | SetOp | DeleteOp
+# Per op: the created path for CreateOp, the new stat for SetOp, True for CheckOp / DeleteOp.
+TransactionResult = str | NodeStat | bool
+
+ChildrenCallback = Callable[[list[str]], None]
+# (data, stat); both None while the node does not exist.
+DataCallback = Callable[[bytes | None, NodeStat | None], None]
+StateCallback = Callable[[ConnectionState], None]
+
+
+class WatchHandle:
+    """Stops a watch: no callback runs on the loop after `cancel()` returns."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def split_chroot(hosts: str) -> tuple[str, str]:
+    """`"h1:2181,h2:2181/riverbed"` -> `("h1:2181,h2:2181", "/riverbed")`; chroot may be ""."""
+    slash = hosts.find("/")
+    if slash < 0:
+        return hosts, ""
+    chroot = hosts[slash:].rstrip("/")
+    if chroot and any(not part for part in chroot[1:].split("/")):
+        raise ValueError(f"malformed chroot in ZooKeeper connect string {hosts!r}")
+    return hosts[:slash], chroot
+
+
+class AsyncZooKeeper:
+    """One ZooKeeper session. Connect string `host:port[,host:port...][/chroot]`."""
+
+    def __init__(
+        self,
+        hosts: str,
+        session_timeout_ms: int = SESSION_TIMEOUT_MS,
+        connect_timeout_ms: int = CONNECT_TIMEOUT_MS,
+    ) -> None:
+        self.hosts = hosts
+        self.servers, self.chroot = split_chroot(hosts)
+        self.session_timeout_ms = session_timeout_ms
+        self.connect_timeout_ms = connect_timeout_ms
+        self.state = ConnectionState.LOST  # changed on the loop only, in _deliver_state
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: Any = None
+        self._kazoo_state: Any = KazooState.LOST  # read and written on kazoo's connection thread
+        self._state_listeners: list[StateCallback] = []
+        self._connected = asyncio.Event()
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+    # ---- lifecycle --------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect (creating the chroot if missing); raise ZkConnectionError after the timeout."""
+        if self._client is not None:
+            raise RuntimeError("AsyncZooKeeper is already started")
+        self._loop = asyncio.get_running_loop()
+        if self.chroot:
+            await asyncio.to_thread(self._ensure_chroot_blocking)
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=WATCH_SETUP_THREADS_MAX, thread_name_prefix="zk-watch-setup"
+        )
+        self._client = self._new_client(self.hosts)
+        self._client.add_listener(self._on_kazoo_state)
+        self._client.start_async()
+        try:
+            await asyncio.wait_for(self._connected.wait(), self.connect_timeout_ms / 1000)
+        except TimeoutError:
+            await self.stop()
+            raise ZkConnectionError(
+                f"could not connect to ZooKeeper at {self.hosts} within "
+                f"{self.connect_timeout_ms} ms"
+            ) from None
+
+    async def stop(self) -> None:
+        """Close the session (its ephemerals go at once) and join kazoo's threads. Idempotent."""
+        client, self._client = self._client, None
+        if client is not None:
+            await asyncio.to_thread(_close_blocking, client)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+        self._connected.clear()
+
+    async def __aenter__(self) -> AsyncZooKeeper:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    @property
+    def session_id(self) -> int | None:
+        if self._client is None:
+            return None
+        session: int | None = self._client.client_id[0] if self._client.client_id else None
+        return session
+
+    def add_state_listener(self, callback: StateCallback) -> None:
+        """`callback(state)` runs on the loop for every connection state change."""
+        self._state_listeners.append(callback)
+
+    def remove_state_listener(self, callback: StateCallback) -> None:
+        self._state_listeners.remove(callback)
+
+    async def wait_connected(self, timeout_ms: int) -> None:
+        await asyncio.wait_for(self._connected.wait(), timeout_ms / 1000)
+
+    # ---- data calls -------------------------------------------------------------------------
+
+    async def create(
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequence: bool = False,
+        makepath: bool = False,
+    ) -> str:
+        """Create a znode; return its path (with the sequence suffix when `sequence`)."""
+        result = self._kazoo.create_async(
+            path, data, ephemeral=ephemeral, sequence=sequence, makepath=makepath
+        )
+        created: str = await self._bridge(result, path, _identity)
+        return created
+
+    async def get(self, path: str) -> tuple[bytes, NodeStat]:
+        result = self._kazoo.get_async(path)
+        return await self._bridge(result, path, _data_and_stat)
+
+    async def set(self, path: str, data: bytes, version: int = -1) -> NodeStat:
+        """Write data; with `version` >= 0 only if the node is at that version (BadVersionError)."""
+        result = self._kazoo.set_async(path, data, version)
+        return await self._bridge(result, path, NodeStat.from_kazoo)
+
+    async def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
+        """Delete a node; `recursive` first deletes its subtree (not atomically)."""
+        if recursive:
+            for child in await self.get_children(path):
+                # NoNodeError: deleted concurrently, which is the goal anyway.
+                with contextlib.suppress(NoNodeError):
+                    await self.delete(f"{path.rstrip('/')}/{child}", recursive=True)
+        await self._bridge(self._kazoo.delete_async(path, version), path, _identity)
+
+    async def exists(self, path: str) -> NodeStat | None:
+        result = self._kazoo.exists_async(path)
+        return await self._bridge(result, path, _optional_stat)
+
+    async def get_children(self, path: str) -> list[str]:
+        result = self._kazoo.get_children_async(path)
+        children: list[str] = await self._bridge(result, path, _identity)
+        return children
+
+    async def ensure_path(self, path: str) -> None:
+        """Create `path` and any missing parents; no error if it exists."""
+        await self._bridge(self._kazoo.ensure_path_async(path), path, _identity)
+
+    async def transaction(self, ops: Sequence[TransactionOp]) -> list[TransactionResult]:
+        """Apply all `ops` atomically. On failure nothing is applied and the error of the
+        failing op is raised (its `.path` names the znode)."""
+        if not ops:
+            raise ValueError("a transaction needs at least one operation")
+        request = self._kazoo.transaction()
+        for op in ops:
+            _add_to_transaction(request, op)
+        results: list[Any] = await self._bridge(request.commit_async(), None, _identity)
+        for op, outcome in zip(ops, results, strict=True):
+            if isinstance(outcome, Exception) and not isinstance(
+                outcome, kazoo_errors.RolledBackError
+            ):
+                raise translate_error(outcome, op.path)
+        return [_transaction_result(op, outcome) for op, outcome in zip(ops, results, strict=True)]
+
+    # ---- watches ----------------------------------------------------------------------------
+
+    async def watch_children(self, path: str, callback: ChildrenCallback) -> WatchHandle:
+        """Call `callback(children)` on the loop now and after every change of `path`'s children,
+        across reconnects and new sessions, until the handle is cancelled. The node must exist
+        (NoNodeError); if it is deleted later the watch ends."""
+        handle = WatchHandle(path)
+        delivered = False
+
+        def on_children(children: list[str]) -> bool:  # kazoo thread
+            nonlocal delivered
+            delivered = True
+            if handle.cancelled:
+                return False  # tells the recipe to stop
+            self._post(_deliver_children, handle, callback, sorted(children))
+            return True
+
+        await self._build_watch(lambda client: ChildrenWatch(client, path, on_children))
+        if not delivered:
+            raise NoNodeError(f"cannot watch the children of missing node {path}", path)
+        return handle
+
+    async def watch_data(self, path: str, callback: DataCallback) -> WatchHandle:
+        """Call `callback(data, stat)` on the loop now and after every change of `path` (create,
+        set, delete: `(None, None)` while it does not exist), until the handle is cancelled."""
+        handle = WatchHandle(path)
+
+        def on_data(data: bytes | None, stat: Any, event: Any = None) -> bool:  # kazoo thread
+            # Three parameters: the recipe retries a TypeError-raising call with two.
+            if handle.cancelled:
+                return False
+            node_stat = None if stat is None else NodeStat.from_kazoo(stat)
+            self._post(_deliver_data, handle, callback, data, node_stat)
+            return True
+
+        await self._build_watch(lambda client: DataWatch(client, path, on_data))
+        return handle
+
+    # ---- internals --------------------------------------------------------------------------
+
+    @property
+    def _kazoo(self) -> Any:
+        if self._client is None:
+            raise ZkConnectionError(f"AsyncZooKeeper for {self.hosts} is not started")
+        return self._client
+
+    def _new_client(self, hosts: str) -> Any:
+        return KazooClient(
+            hosts=hosts,
+            timeout=self.session_timeout_ms / 1000,
+            connection_retry=KazooRetry(max_tries=-1, max_delay=RECONNECT_DELAY_MS_MAX / 1000),
+            command_retry=KazooRetry(max_tries=3, max_delay=RECONNECT_DELAY_MS_MAX / 1000),
+        )
+
+    def _ensure_chroot_blocking(self) -> None:
+        client = self._new_client(self.servers)
+        try:
+            client.start(timeout=self.connect_timeout_ms / 1000)
+            client.ensure_path(self.chroot)
+        except kazoo_errors.KazooException as error:
+            raise translate_error(error, self.chroot) from error
+        except TimeoutError as error:
+            raise ZkConnectionError(
+                f"could not connect to ZooKeeper at {self.servers} within "
+                f"{self.connect_timeout_ms} ms",
+                self.chroot,
+            ) from error
+        finally:
+            _close_blocking(client)
+
+    def _bridge(
+        self, result: Any, path: str | None, convert: Callable[[Any], T]
+    ) -> asyncio.Future[T]:
+        loop = self._require_loop()
+        future: asyncio.Future[T] = loop.create_future()
+
+        def on_complete(done: Any) -> None:  # kazoo completion thread
+            try:
+                value = convert(done.get())
+            except Exception as error:  # handed to the awaiter, translated
+                self._post(_settle_exception, future, translate_error(error, path))
+            else:
+                self._post(_settle_result, future, value)
+
+        result.rawlink(on_complete)
+        return future
+
+    async def _build_watch(self, build: Callable[[Any], object]) -> None:
+        loop = self._require_loop()
+        client = self._kazoo
+        try:
+            await loop.run_in_executor(self._executor, build, client)
+        except kazoo_errors.KazooException as error:
+            raise translate_error(error, None) from error
+
+    def _post(self, function: Callable[..., None], *args: Any) -> None:
+        """Run `function(*args)` on the loop; from any thread."""
+        loop = self._require_loop()
+        try:
+            loop.call_soon_threadsafe(function, *args)
+        except RuntimeError:
+            log.debug("event loop closed; dropped a ZooKeeper callback")
+
+    def _require_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            raise RuntimeError("AsyncZooKeeper.start() has not been awaited")
+        return self._loop
+
+    def _on_kazoo_state(self, kazoo_state: Any) -> None:  # kazoo connection thread
+        previous, self._kazoo_state = self._kazoo_state, kazoo_state
+        if kazoo_state == KazooState.CONNECTED:
+            resumed = previous == KazooState.SUSPENDED
+            state = ConnectionState.RECONNECTED if resumed else ConnectionState.CONNECTED
+        elif kazoo_state == KazooState.SUSPENDED:
+            state = ConnectionState.SUSPENDED
+        else:
+            state = ConnectionState.LOST
+        self._post(self._deliver_state, state)
+
+    def _deliver_state(self, state: ConnectionState) -> None:  # loop
+        self.state = state
+        if state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
+            self._connected.set()
+        else:
+            self._connected.clear()
+        for listener in list(self._state_listeners):
+            listener(state)
+
+
+def _close_blocking(client: Any) -> None:
+    client.stop()
+    client.close()
+
+
+def _identity(value: T) -> T:
+    return value
+
+
+def _data_and_stat(value: Any) -> tuple[bytes, NodeStat]:
+    data, stat = value
+    return data, NodeStat.from_kazoo(stat)
+
+
+def _optional_stat(value: Any) -> NodeStat | None:
+    return None if value is None else NodeStat.from_kazoo(value)
+
+
+def _add_to_transaction(request: Any, op: TransactionOp) -> None:
+    match op:
+        case CheckOp(path, version):
+            request.check(path, version)
+        case CreateOp(path, data, ephemeral, sequence):
+            request.create(path, data, ephemeral=ephemeral, sequence=sequence)
+        case SetOp(path, data, version):
+            request.set_data(path, data, version)
+        case DeleteOp(path, version):
+            request.delete(path, version)
+
+
+def _transaction_result(op: TransactionOp, outcome: Any) -> TransactionResult:
+    if isinstance(op, CreateOp):
+        created: str = outcome
+        return created
+    if isinstance(op, SetOp):
+        return NodeStat.from_kazoo(outcome)
+    return True
+
+
+def _settle_result(future: asyncio.Future[T], value: T) -> None:
+    if not future.done():  # the awaiter may have been cancelled meanwhile
+        future.set_result(value)
+
+
+def _settle_exception(future: asyncio.Future[Any], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
+
+
+def _deliver_children(handle: WatchHandle, callback: ChildrenCallback, children: list[str]) -> None:
+    if not handle.cancelled:
+        callback(children)
+
+
+def _deliver_data(
+    handle: WatchHandle, callback: DataCallback, data: bytes | None, stat: NodeStat | None
+) -> None:
+    if not handle.cancelled:
+        callback(data, stat)

@@ -1,0 +1,175 @@
+"""A Riverbed broker: wires the local logs, ZooKeeper metadata and the Kafka server together.
+
+Startup order matters and follows Kafka's: load and recover the local logs first (nothing can be
+served before they are consistent), then join the cluster in ZooKeeper, apply the metadata (open
+the partitions this broker hosts) and only then bind the listener — so a client that can connect
+gets correct answers. Shutdown runs the other way round and ends with a clean-shutdown marker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+
+from riverbed.configs import BrokerConfig, effective_topic_config
+from riverbed.coordination.layout import BrokerRegistration
+from riverbed.coordination.metadata import ClusterMetadataStore
+from riverbed.coordination.metadata_cache import MetadataCache, MetadataWatcher
+from riverbed.coordination.zk import AsyncZooKeeper
+from riverbed.hot.data_dir import check_data_dir_identity
+from riverbed.hot.dispatcher import Dispatcher
+from riverbed.hot.handlers.context import BrokerContext
+from riverbed.hot.log import LogConfig
+from riverbed.hot.log_manager import LogManager
+from riverbed.hot.partitions import PartitionManager
+from riverbed.hot.server import KafkaServer, ServerLimits
+
+log = logging.getLogger(__name__)
+
+# How often recovery points and high watermarks are checkpointed (Kafka:
+# replica.high.watermark.checkpoint.interval.ms = 5000).
+CHECKPOINT_INTERVAL_S = 5.0
+
+
+class Broker:
+    """One broker process's state and lifecycle. `start()` then `stop()`, each exactly once."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self._zk = AsyncZooKeeper(
+            config.zookeeper_connect, session_timeout_ms=config.zookeeper_session_timeout_ms
+        )
+        self._store = ClusterMetadataStore(self._zk)
+        self._cache = MetadataCache()
+        self._watcher = MetadataWatcher(self._zk, self._cache)
+        self._log_manager: LogManager | None = None
+        self._server: KafkaServer | None = None
+        self._ctx: BrokerContext | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def port(self) -> int:
+        if self._server is None:
+            return self.config.port
+        return self._server.port
+
+    async def start(self) -> None:
+        config = self.config
+        data_dir = Path(config.log_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        # Local logs first: recovery must finish before anything is served.
+        self._log_manager = await asyncio.to_thread(
+            LogManager, data_dir, LogConfig.from_topic_config(self._default_topic_config())
+        )
+        partitions = PartitionManager(self._log_manager)
+        await self._zk.start()
+        cluster_id = await self._store.ensure_cluster_id()
+        check_data_dir_identity(data_dir, cluster_id=cluster_id, broker_id=config.broker_id)
+        await self._watcher.start()
+        self._ctx = BrokerContext(
+            broker_id=config.broker_id,
+            host=config.advertised_host,
+            port=config.port,
+            config=config,
+            cache=self._cache,
+            store=self._store,
+            partitions=partitions,
+        )
+        self._server = KafkaServer(
+            config.host,
+            config.port,
+            Dispatcher(self._ctx),
+            ServerLimits(socket_request_max_bytes=config.socket_request_max_bytes),
+        )
+        self._cache.add_listener(self._on_metadata_change)
+        await self._store.register_broker(
+            BrokerRegistration(
+                broker_id=config.broker_id, host=config.advertised_host, port=config.port
+            )
+        )
+        await self._store.elect_controller(config.broker_id)
+        self._tasks.append(asyncio.create_task(self._controller_loop(), name="controller"))
+        await self._cache_caught_up()
+        self._apply_metadata()
+        await self._server.start()
+        self._tasks.append(asyncio.create_task(self._checkpoint_loop(), name="checkpoints"))
+        log.info(
+            "broker %d listening on %s:%d (cluster %s)",
+            config.broker_id, config.host, self.port, cluster_id,
+        )
+
+    async def stop(self) -> None:
+        """Clean shutdown: stop serving, leave the cluster, close logs with a clean marker."""
+        if self._server is not None:
+            await self._server.stop()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._watcher.stop()
+        await self._zk.stop()
+        if self._log_manager is not None:
+            await asyncio.to_thread(self._log_manager.close)
+        log.info("broker %d stopped cleanly", self.config.broker_id)
+
+    def _default_topic_config(self) -> dict[str, str]:
+        return {k: v.value for k, v in effective_topic_config(self.config, {}).items() if v.value}
+
+    async def _cache_caught_up(self) -> None:
+        """Wait until our own registration is visible, so Metadata lists this broker at once."""
+        ctx = self._require_ctx()
+        await ctx.wait_until(lambda: self.config.broker_id in self._cache.brokers(), 10.0)
+
+    def _on_metadata_change(self, *_: object) -> None:
+        if self._server is not None:
+            self._apply_metadata()
+
+    def _apply_metadata(self) -> None:
+        """Make the hosted partitions match ZooKeeper: open, lead, or delete (topic deleted)."""
+        ctx = self._require_ctx()
+        wanted: set[tuple[str, int]] = set()
+        for topic in self._cache.topics():
+            config = LogConfig.from_topic_config(
+                {k: v.value for k, v in effective_topic_config(self.config, topic.configs).items()
+                 if v.value}
+            )
+            for index, state in topic.partitions.items():
+                if self.config.broker_id not in state.replicas:
+                    continue
+                wanted.add((topic.name, index))
+                partition = ctx.partitions.ensure(topic.name, index, config)
+                if state.leader == self.config.broker_id:
+                    if not partition.is_leader or partition.leader_epoch != state.leader_epoch:
+                        partition.become_leader(state.leader_epoch)
+                        # One replica: the whole local log is committed.
+                        partition.log.update_high_watermark(partition.log.log_end_offset)
+                        log.info("leading %s at epoch %d", partition, state.leader_epoch)
+                else:
+                    partition.become_non_leader(state.leader_epoch)
+        for topic_name, index in ctx.partitions.hosted() - wanted:
+            ctx.partitions.remove(topic_name, index, delete_data=True)
+        assert self._log_manager is not None
+        for topic_name, index in set(self._log_manager.partitions()) - wanted:
+            # Left on disk by a topic deleted while this broker was down.
+            self._log_manager.delete(topic_name, index)
+        ctx.metadata_applied()
+
+    async def _controller_loop(self) -> None:
+        """Take over as controller whenever the seat is free (Kafka's /controller election)."""
+        while True:
+            await self._cache.controller_changed()
+            if self._cache.controller_id is None:
+                with contextlib.suppress(Exception):
+                    await self._store.elect_controller(self.config.broker_id)
+
+    async def _checkpoint_loop(self) -> None:
+        assert self._log_manager is not None
+        while True:
+            await asyncio.sleep(CHECKPOINT_INTERVAL_S)
+            await asyncio.to_thread(self._log_manager.checkpoint)
+
+    def _require_ctx(self) -> BrokerContext:
+        if self._ctx is None:
+            raise RuntimeError("broker is not started")
+        return self._ctx

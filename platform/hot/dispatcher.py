@@ -1,0 +1,53 @@
+"""Routes decoded requests to their handlers and encodes the responses."""
+
+from __future__ import annotations
+
+from riverbed.hot.handlers.admin_topics import handle_create_topics, handle_delete_topics
+from riverbed.hot.handlers.api_versions import handle_api_versions
+from riverbed.hot.handlers.context import BrokerContext
+from riverbed.hot.handlers.describe_configs import handle_describe_configs
+from riverbed.hot.handlers.fetch import handle_fetch
+from riverbed.hot.handlers.list_offsets import handle_list_offsets
+from riverbed.hot.handlers.metadata import handle_metadata
+from riverbed.hot.handlers.produce import handle_produce
+from riverbed.hot.server import Chunk
+from riverbed.protocol import messages as m
+from riverbed.protocol.connection import RequestHeader, encode_response
+
+
+class Dispatcher:
+    """The server's request handler: one `match` over the request types we implement.
+
+    The codec only yields request types of the APIs in our spec files, so a request that matches
+    nothing here is a programming error (a spec file without a handler), not a client's fault.
+    """
+
+    def __init__(self, ctx: BrokerContext) -> None:
+        self._ctx = ctx
+
+    async def __call__(self, header: RequestHeader, body: object) -> list[Chunk] | None:
+        response = await self._handle(header, body)
+        if response is None:
+            return None
+        return encode_response(header, response)
+
+    async def _handle(self, header: RequestHeader, body: object) -> object | None:
+        ctx, version = self._ctx, header.api_version
+        match body:
+            case m.ProduceRequest():
+                return await handle_produce(ctx, body)
+            case m.FetchRequest():
+                return await handle_fetch(ctx, body, version)
+            case m.ListOffsetsRequest():
+                return await handle_list_offsets(ctx, body)
+            case m.MetadataRequest():
+                return await handle_metadata(ctx, body, version)
+            case m.ApiVersionsRequest():
+                return await handle_api_versions(body)
+            case m.CreateTopicsRequest():
+                return await handle_create_topics(ctx, body)
+            case m.DeleteTopicsRequest():
+                return await handle_delete_topics(ctx, body, version)
+            case m.DescribeConfigsRequest():
+                return await handle_describe_configs(ctx, body, version)
+        raise TypeError(f"no handler for {type(body).__name__} (api key {header.api_key})")

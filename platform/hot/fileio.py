@@ -1,0 +1,64 @@
+"""Low-level file writes the log relies on for durability: whole writes, exact reads, dir fsyncs.
+
+Every write that can fail half-way (disk full, I/O error) goes through `write_all`, so callers
+have one place where a short write turns into an OSError they can roll back from.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    """Write every byte of `data` at the fd's current position (the log's fds are O_APPEND).
+
+    os.write may write fewer bytes than asked (signals, a nearly full disk); loop until done. A
+    write that makes no progress is reported as ENOSPC rather than looping forever.
+    """
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise OSError(errno.ENOSPC, "write made no progress")
+        view = view[written:]
+
+
+def pread_exact(fd: int, size: int, position: int) -> bytes:
+    """Read `size` bytes at `position`; fewer only at end of file (the caller checks)."""
+    chunks = []
+    remaining = size
+    while remaining > 0:
+        chunk = os.pread(fd, remaining, position)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+        position += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make file creations, renames and deletions inside `directory` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that a crash leaves either the old or the new content.
+
+    tmp file + fsync + rename + fsync of the directory (the rename itself must be durable).
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)

@@ -1,0 +1,82 @@
+"""What request handlers may read and change: the broker's state, named in one place."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from riverbed.configs import BrokerConfig
+from riverbed.coordination.metadata import ClusterMetadataStore
+from riverbed.coordination.metadata_cache import MetadataCache
+from riverbed.hot.partitions import Partition, PartitionManager
+from riverbed.protocol.errors import ErrorCode, KafkaError
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(eq=False)
+class BrokerContext:
+    broker_id: int
+    host: str
+    port: int
+    config: BrokerConfig
+    cache: MetadataCache
+    store: ClusterMetadataStore
+    partitions: PartitionManager
+    now_ms: Callable[[], int] = field(default=wall_clock_ms)
+    # Futures of handlers waiting for a metadata change to be applied locally (see wait_until).
+    _applied_waiters: set[asyncio.Future[None]] = field(default_factory=set)
+
+    def metadata_applied(self) -> None:
+        """Called by the broker after it applied a metadata change (opened/closed logs)."""
+        waiters, self._applied_waiters = self._applied_waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait for metadata changes until `predicate()` holds; False if the timeout came first."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not predicate():
+            remaining_s = deadline - loop.time()
+            if remaining_s <= 0:
+                return False
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._applied_waiters.add(waiter)
+            try:
+                await asyncio.wait_for(waiter, remaining_s)
+            except TimeoutError:
+                return predicate()
+            finally:
+                self._applied_waiters.discard(waiter)
+        return True
+
+    def topic_applied(self, name: str) -> bool:
+        """True once this broker serves every partition of `name` that ZooKeeper says it leads."""
+        metadata = self.cache.topic(name)
+        if metadata is None:
+            return False
+        for index, state in metadata.partitions.items():
+            if state.leader == self.broker_id:
+                partition = self.partitions.get(name, index)
+                if partition is None or not partition.is_leader:
+                    return False
+        return True
+
+    def leader_partition(self, topic: str, index: int, current_leader_epoch: int = -1) -> Partition:
+        """The local leader replica of a partition, or the Kafka error the client must see."""
+        partition = self.partitions.get(topic, index)
+        if partition is None:
+            metadata = self.cache.topic(topic)
+            if metadata is None or index not in metadata.partitions:
+                raise KafkaError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown partition {topic}-{index}"
+                )
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"not the leader of {topic}-{index}")
+        partition.check_leader(current_leader_epoch)
+        return partition

@@ -1,0 +1,73 @@
+"""DescribeConfigs: effective topic configs (with their source) and read-only broker configs."""
+
+from __future__ import annotations
+
+from riverbed.configs import ConfigValue, effective_broker_config, effective_topic_config
+from riverbed.hot.handlers.context import BrokerContext
+from riverbed.protocol import messages as m
+from riverbed.protocol.errors import ErrorCode
+
+Result = m.DescribeConfigsResponse.DescribeConfigsResult
+Entry = m.DescribeConfigsResponse.DescribeConfigsResourceResult
+Synonym = m.DescribeConfigsResponse.DescribeConfigsSynonym
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+
+
+async def handle_describe_configs(
+    ctx: BrokerContext, request: m.DescribeConfigsRequest, version: int
+) -> m.DescribeConfigsResponse:
+    results = []
+    for resource in request.resources:
+        result = Result(resource_type=resource.resource_type, resource_name=resource.resource_name)
+        results.append(result)
+        values = _resource_configs(ctx, resource.resource_type, resource.resource_name, result)
+        if values is None:
+            continue
+        keys = resource.configuration_keys
+        for value in values.values():
+            if keys is not None and value.name not in keys:
+                continue
+            result.configs.append(_entry(value, version, request))
+    return m.DescribeConfigsResponse(results=results)
+
+
+def _resource_configs(
+    ctx: BrokerContext, resource_type: int, name: str, result: Result
+) -> dict[str, ConfigValue] | None:
+    if resource_type == RESOURCE_TOPIC:
+        metadata = ctx.cache.topic(name)
+        if metadata is None:
+            result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            result.error_message = f"unknown topic {name!r}"
+            return None
+        return effective_topic_config(ctx.config, metadata.configs)
+    if resource_type == RESOURCE_BROKER:
+        if name not in ("", str(ctx.broker_id)):
+            result.error_code = ErrorCode.INVALID_REQUEST
+            result.error_message = f"broker {name} is not this broker ({ctx.broker_id})"
+            return None
+        return effective_broker_config(ctx.config)
+    result.error_code = ErrorCode.INVALID_REQUEST
+    result.error_message = f"unsupported resource type {resource_type}"
+    return None
+
+
+def _entry(value: ConfigValue, version: int, request: m.DescribeConfigsRequest) -> Entry:
+    entry = Entry(
+        name=value.name,
+        value=None if value.sensitive else value.value,
+        read_only=value.read_only,
+        is_default=value.source_code == ConfigValue.SOURCE_DEFAULT,
+        config_source=value.source_code,
+        is_sensitive=value.sensitive,
+        config_type=value.type_code,
+    )
+    if request.include_synonyms:
+        entry.synonyms = [
+            Synonym(name=s.name, value=s.value, source=s.source_code) for s in value.synonyms
+        ]
+    if request.include_documentation:
+        entry.documentation = value.documentation
+    return entry

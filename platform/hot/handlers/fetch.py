@@ -1,0 +1,168 @@
+"""Fetch: hand file ranges of whole batches to the server, long-polling without busy loops.
+
+Semantics follow Kafka: reads stop at the high watermark; the response holds at most `max_bytes`
+(and `partition_max_bytes` per partition) except that the first batch of the first non-empty
+partition is always returned whole (KIP-74), so a consumer can never get stuck on a large batch.
+When fewer than `min_bytes` are available the request parks a future on each partition it reads
+and is woken by the next append, or answered at `max_wait_ms` with what there is.
+
+Fetch sessions (KIP-227) are not kept: every response carries session id 0, which tells clients
+to keep sending full fetch requests — what Kafka does when its session cache is full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+
+from riverbed.hot.handlers.context import BrokerContext
+from riverbed.protocol import messages as m
+from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.protocol.regions import FileRegion
+
+TopicResponse = m.FetchResponse.FetchableTopicResponse
+PartitionData = m.FetchResponse.PartitionData
+
+# A consumer fetch names no replica; followers (a later issue) send their broker id.
+CONSUMER_REPLICA_ID = -1
+# The longest a fetch may park, whatever the client asks (Kafka bounds it by its request timeout).
+FETCH_MAX_WAIT_MS_MAX = 60_000
+# Fetch session ids we hand out: none (see the module docstring).
+NO_SESSION_ID = 0
+ZERO_UUID = uuid.UUID(int=0)
+
+
+@dataclass(slots=True)
+class _PartitionRead:
+    topic: str
+    topic_id: uuid.UUID
+    data: PartitionData
+    region: FileRegion | None = None
+
+
+async def handle_fetch(ctx: BrokerContext, request: m.FetchRequest, version: int) -> m.FetchResponse:
+    if request.session_id != NO_SESSION_ID:
+        return m.FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
+    loop = asyncio.get_running_loop()
+    max_wait_ms = min(max(request.max_wait_ms, 0), FETCH_MAX_WAIT_MS_MAX)
+    deadline = loop.time() + max_wait_ms / 1000
+    while True:
+        reads = _read_all(ctx, request, version)
+        size_bytes = sum(r.region.size for r in reads if r.region is not None)
+        has_error = any(r.data.error_code != ErrorCode.NONE for r in reads)
+        remaining_s = deadline - loop.time()
+        if size_bytes >= request.min_bytes or has_error or remaining_s <= 0 or not reads:
+            return _response(reads, version)
+        _release(reads)
+        await _wait_for_data(ctx, reads, remaining_s)
+
+
+def _read_all(ctx: BrokerContext, request: m.FetchRequest, version: int) -> list[_PartitionRead]:
+    """Read every requested partition once, within the request's byte budgets."""
+    reads: list[_PartitionRead] = []
+    budget_bytes = request.max_bytes
+    anything_read = False
+    for topic in request.topics:
+        name, topic_id = _resolve_topic(ctx, topic, version)
+        for wanted in topic.partitions:
+            data = PartitionData(
+                partition_index=wanted.partition,
+                high_watermark=-1,
+                last_stable_offset=-1,
+                log_start_offset=-1,
+            )
+            read = _PartitionRead(name or "", topic_id, data)
+            reads.append(read)
+            if name is None:
+                data.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+                continue
+            try:
+                read.region = _read_partition(
+                    ctx, name, wanted, data, budget_bytes, first_non_empty=not anything_read
+                )
+            except KafkaError as error:
+                data.error_code = error.code
+                continue
+            if read.region is not None:
+                budget_bytes -= read.region.size
+                anything_read = True
+    return reads
+
+
+def _resolve_topic(
+    ctx: BrokerContext, topic: m.FetchRequest.FetchTopic, version: int
+) -> tuple[str | None, uuid.UUID]:
+    if version >= 13:
+        metadata = ctx.cache.topic_by_id(topic.topic_id)
+        return (metadata.name if metadata is not None else None), topic.topic_id
+    metadata = ctx.cache.topic(topic.topic)
+    return topic.topic, (metadata.topic_id if metadata is not None else ZERO_UUID)
+
+
+def _read_partition(
+    ctx: BrokerContext,
+    topic: str,
+    wanted: m.FetchRequest.FetchPartition,
+    data: PartitionData,
+    budget_bytes: int,
+    *,
+    first_non_empty: bool,
+) -> FileRegion | None:
+    partition = ctx.leader_partition(topic, wanted.partition, wanted.current_leader_epoch)
+    partition_log = partition.log
+    data.high_watermark = partition_log.high_watermark
+    data.last_stable_offset = partition_log.high_watermark
+    data.log_start_offset = partition_log.log_start_offset
+    max_bytes = min(wanted.partition_max_bytes, budget_bytes)
+    if max_bytes <= 0 and not first_non_empty:
+        return None
+    result = partition_log.read(wanted.fetch_offset, max(max_bytes, 0), partition_log.high_watermark)
+    if result is None:
+        return None
+    region = result.region
+    if region.size > max_bytes and not first_non_empty:
+        # KIP-74 lets only the first partition with data exceed the budget.
+        region.close()
+        return None
+    return region
+
+
+async def _wait_for_data(ctx: BrokerContext, reads: list[_PartitionRead], timeout_s: float) -> None:
+    """Park until an append to one of the read partitions, or the timeout."""
+    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    parked = []
+    for read in reads:
+        partition = ctx.partitions.get(read.topic, read.data.partition_index)
+        if partition is not None:
+            partition.data_waiters.park(future)
+            parked.append(partition)
+    try:
+        await asyncio.wait_for(asyncio.shield(future), timeout_s)
+    except TimeoutError:
+        pass
+    finally:
+        for partition in parked:
+            partition.data_waiters.unpark(future)
+
+
+def _response(reads: list[_PartitionRead], version: int) -> m.FetchResponse:
+    topics: list[TopicResponse] = []
+    by_topic: dict[tuple[str, uuid.UUID], TopicResponse] = {}
+    for read in reads:
+        read.data.records = read.region if read.region is not None else b""
+        key = (read.topic, read.topic_id)
+        topic = by_topic.get(key)
+        if topic is None:
+            topic = TopicResponse(topic=read.topic, topic_id=read.topic_id)
+            by_topic[key] = topic
+            topics.append(topic)
+        topic.partitions.append(read.data)
+    return m.FetchResponse(error_code=ErrorCode.NONE, session_id=NO_SESSION_ID, responses=topics)
+
+
+def _release(reads: list[_PartitionRead]) -> None:
+    for read in reads:
+        if read.region is not None:
+            read.region.close()
+            read.region = None

@@ -1,0 +1,54 @@
+"""ListOffsets: earliest, latest, max-timestamp and by-timestamp offsets of partitions."""
+
+from __future__ import annotations
+
+from riverbed.hot.handlers.context import BrokerContext
+from riverbed.protocol import messages as m
+from riverbed.protocol.errors import ErrorCode, KafkaError
+
+TopicResponse = m.ListOffsetsResponse.ListOffsetsTopicResponse
+PartitionResponse = m.ListOffsetsResponse.ListOffsetsPartitionResponse
+
+# Kafka's special timestamps in ListOffsets requests.
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+
+
+async def handle_list_offsets(ctx: BrokerContext, request: m.ListOffsetsRequest) -> m.ListOffsetsResponse:
+    topics = []
+    for topic in request.topics:
+        partitions = [
+            _list_partition(ctx, topic.name, wanted) for wanted in topic.partitions
+        ]
+        topics.append(TopicResponse(name=topic.name, partitions=partitions))
+    return m.ListOffsetsResponse(topics=topics)
+
+
+def _list_partition(
+    ctx: BrokerContext, topic: str, wanted: m.ListOffsetsRequest.ListOffsetsPartition
+) -> PartitionResponse:
+    response = PartitionResponse(partition_index=wanted.partition_index, timestamp=-1, offset=-1)
+    try:
+        partition = ctx.leader_partition(topic, wanted.partition_index, wanted.current_leader_epoch)
+    except KafkaError as error:
+        response.error_code = error.code
+        return response
+    partition_log = partition.log
+    response.leader_epoch = partition.leader_epoch
+    if wanted.timestamp == LATEST_TIMESTAMP:
+        # Both isolation levels see the high watermark: there are no open transactions yet.
+        response.offset = partition_log.high_watermark
+    elif wanted.timestamp == EARLIEST_TIMESTAMP:
+        response.offset = partition_log.log_start_offset
+    elif wanted.timestamp == MAX_TIMESTAMP:
+        found = partition_log.max_timestamp_offset()
+        if found is not None:
+            response.offset, response.timestamp = found
+    elif wanted.timestamp < 0:
+        response.error_code = ErrorCode.INVALID_REQUEST
+    else:
+        found = partition_log.offset_for_timestamp(wanted.timestamp)
+        if found is not None and found[0] < partition_log.high_watermark:
+            response.offset, response.timestamp = found
+    return response

@@ -1,0 +1,160 @@
+"""The asyncio TCP server: moves bytes between sockets and the sans-IO protocol connection.
+
+Per connection, one task reads, asks the `ServerConnection` for complete requests and handles them
+one at a time, in order — exactly like Kafka, which mutes a channel until its response is sent. That
+keeps responses in request order for pipelining clients without any reordering buffer, and bounds
+the memory a connection can hold to one frame (`socket.request.max.bytes`) plus one read.
+
+Record data in Fetch responses arrives as `FileRegion`s and is written with `loop.sendfile`, which
+uses `os.sendfile` on plaintext sockets: the kernel copies segment bytes straight to the socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from riverbed.protocol.connection import (
+    NEED_DATA,
+    CloseConnection,
+    RequestHeader,
+    RequestReceived,
+    ServerConnection,
+    UnsupportedApiVersionsRequest,
+    encode_unsupported_api_versions,
+    supported_api_versions,
+)
+from riverbed.protocol.regions import FileRegion
+
+log = logging.getLogger(__name__)
+
+# One socket read; bounded so a flood of pipelined requests cannot grow a Python buffer unboundedly
+# (the protocol object holds at most one frame beyond this).
+READ_CHUNK_BYTES = 256 * 1024
+# How long a clean shutdown waits for in-flight requests before closing connections.
+SHUTDOWN_GRACE_S = 5.0
+
+Chunk = bytes | FileRegion
+# A handler returns the response's encoded chunks, or None when the request gets no response
+# (Produce with acks=0).
+RequestHandler = Callable[[RequestHeader, object], Awaitable[list[Chunk] | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    socket_request_max_bytes: int = 100 * 1024 * 1024
+
+
+class KafkaServer:
+    """Accepts connections on one listener and serves each with `handle_request`."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        handle_request: RequestHandler,
+        limits: ServerLimits,
+    ) -> None:
+        self._host = host
+        self._port = port
+        self._handle_request = handle_request
+        self._limits = limits
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    @property
+    def port(self) -> int:
+        if self._server is None or not self._server.sockets:
+            return self._port
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._on_connect, self._host, self._port, reuse_address=True
+        )
+
+    async def stop(self) -> None:
+        """Stop accepting, give in-flight requests a grace period, then close every connection."""
+        if self._server is not None:
+            self._server.close()
+        if self._connections:
+            _, pending = await asyncio.wait(set(self._connections), timeout=SHUTDOWN_GRACE_S)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        try:
+            await self._serve(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError) as exc:
+            log.debug("connection from %s ended: %s", peer, exc)
+        except Exception:
+            # A bug in a handler must cost one connection, never the broker.
+            log.exception("closing connection from %s after an unexpected error", peer)
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = ServerConnection(max_frame_bytes=self._limits.socket_request_max_bytes)
+        peer = writer.get_extra_info("peername")
+        while True:
+            event = connection.next_event()
+            if event is NEED_DATA:
+                data = await reader.read(READ_CHUNK_BYTES)
+                if not data:
+                    return
+                connection.receive_data(data)
+            elif isinstance(event, RequestReceived):
+                chunks = await self._handle_request(event.header, event.body)
+                if chunks is not None:
+                    await write_chunks(writer, chunks)
+            elif isinstance(event, UnsupportedApiVersionsRequest):
+                writer.write(
+                    encode_unsupported_api_versions(event.correlation_id, supported_api_versions())
+                )
+                await writer.drain()
+            elif isinstance(event, CloseConnection):
+                log.warning("closing connection from %s: %s", peer, event.reason)
+                return
+            else:  # pragma: no cover - the protocol object returns only the events above
+                raise TypeError(f"unexpected protocol event {event!r}")
+
+
+async def write_chunks(writer: asyncio.StreamWriter, chunks: list[Chunk]) -> None:
+    """Write a response: bytes through the transport, file regions with sendfile.
+
+    Every region is closed afterwards whatever happens: its fd was duplicated for this response.
+    """
+    loop = asyncio.get_running_loop()
+    try:
+        for index, chunk in enumerate(chunks):
+            if isinstance(chunk, FileRegion):
+                if chunk.size == 0:
+                    continue
+                # The region owns its fd (closed below); the file object only borrows it.
+                # loop.sendfile seeks the fd, which is harmless: the log appends with O_APPEND
+                # and reads with pread, never through the shared file offset.
+                with os.fdopen(chunk.fd, "rb", buffering=0, closefd=False) as file:
+                    await loop.sendfile(writer.transport, file, chunk.position, chunk.size)
+            else:
+                writer.write(chunk)
+                # Only drain before a sendfile or at the end: small writes coalesce in the buffer.
+                if index == len(chunks) - 1:
+                    await writer.drain()
+    finally:
+        for chunk in chunks:
+            if isinstance(chunk, FileRegion):
+                chunk.close()
