@@ -105,6 +105,9 @@ class Broker:
         self._log_path = log_path
         self._broker_id = broker_id
         self._process: subprocess.Popen[bytes] | None = None
+        # One log per broker and run, kept after the run (the data dir is not) for post-mortems.
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_path.write_bytes(b"")
 
     @property
     def bootstrap(self) -> str:

@@ -32,11 +32,10 @@ from confluent_kafka import (
     TopicPartition,
     libversion,
 )
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
 
+from bench.kafka_clients import create_topic
 from bench.machine import package_version
-from bench.options import BenchOptions, BenchResult
+from bench.options import BenchOptions, BenchResult, Headline
 from bench.procs import Broker, ProcessFailed, cpu_seconds, free_port, zookeeper
 from bench.redis_stream import XaddParameters, measure_xadd, tool_versions
 
@@ -46,7 +45,6 @@ RECORDS_QUICK = 100_000
 VALUE_BYTES = 100
 TOPIC = "bench-produce-consume"
 BROKER_START_TIMEOUT_S = 120.0
-TOPIC_READY_TIMEOUT_S = 60.0
 DELIVERY_TIMEOUT_S = 600.0
 CONSUME_TIMEOUT_S = 600.0
 # Records handed back per consume() call: large enough that the Python loop is not the bottleneck.
@@ -97,7 +95,9 @@ def run(options: BenchOptions) -> BenchResult:
             aof=True,
         )
         ceiling = measure_client_ceiling(records, value)
-        riverbed = measure_riverbed(records, value, scratch_dir, options.broker_settings)
+        riverbed = measure_riverbed(
+            records, value, scratch_dir, options.work_dir / "logs", options.broker_settings
+        )
     return summarize(records, redis, redis_aof, ceiling, riverbed, options)
 
 
@@ -126,15 +126,15 @@ def measure_client_ceiling(records: int, value: bytes) -> dict[str, Any]:
 
 
 def measure_riverbed(
-    records: int, value: bytes, scratch_dir: Path, settings: dict[str, str]
+    records: int, value: bytes, scratch_dir: Path, log_dir: Path, settings: dict[str, str]
 ) -> dict[str, Any]:
     data_dir = scratch_dir / "broker-data"
     data_dir.mkdir()
     with zookeeper(scratch_dir / "zookeeper") as zk_connect:
-        broker = Broker(data_dir, zk_connect, settings, scratch_dir / "broker.log")
+        broker = Broker(data_dir, zk_connect, settings, log_dir / f"{NAME}-broker.log")
         try:
             startup_s = broker.start(BROKER_START_TIMEOUT_S)
-            create_topic(broker.bootstrap)
+            create_topic(broker.bootstrap, TOPIC, partitions=1)
             produced = produce(broker, records, value)
             log_bytes = directory_bytes(data_dir)
             consumed = consume(broker, records, value)
@@ -149,21 +149,6 @@ def measure_riverbed(
         "data_dir_bytes_after_produce": log_bytes,
         "broker_exit_code_after_sigterm": exit_code,
     }
-
-
-def create_topic(bootstrap: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(TOPIC, num_partitions=1, replication_factor=1)])
-    futures[TOPIC].result(timeout=TOPIC_READY_TIMEOUT_S)
-    deadline = time.monotonic() + TOPIC_READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        topic = admin.list_topics(TOPIC, timeout=10).topics.get(TOPIC)
-        if topic is not None and topic.error is None and 0 in topic.partitions:
-            partition = topic.partitions[0]
-            if partition.error is None and partition.leader >= 0:
-                return
-        time.sleep(0.1)
-    raise ProcessFailed(f"{TOPIC} has no leader after {TOPIC_READY_TIMEOUT_S} s")
 
 
 def produce(broker: Broker, records: int, value: bytes) -> dict[str, Any]:
@@ -298,8 +283,9 @@ def summarize(
     options: BenchOptions,
 ) -> BenchResult:
     xadd_per_s = float(redis["requests_per_s_median"])
-    produce_per_s = float(riverbed["produce"]["records_per_s"])
-    consume_per_s = float(riverbed["consume"]["records_per_s"])
+    produced, consumed = riverbed["produce"], riverbed["consume"]
+    produce_per_s = float(produced["records_per_s"])
+    consume_per_s = float(consumed["records_per_s"])
     return {
         "parameters": {
             "records": records,
@@ -325,29 +311,21 @@ def summarize(
             "riverbed": riverbed,
         },
         "headlines": [
-            {"label": "Redis XADD (no persistence)", "value": xadd_per_s, "unit": "records/s"},
-            {
-                "label": "Redis XADD (AOF everysec, context only)",
-                "value": float(redis_aof["requests_per_s_median"]),
-                "unit": "records/s",
-            },
-            {"label": "Riverbed produce (acks=all)", "value": produce_per_s, "unit": "records/s"},
-            {
-                "label": "Riverbed produce (acks=all)",
-                "value": float(riverbed["produce"]["payload_mb_per_s"]),
-                "unit": "MB/s",
-            },
-            {"label": "Riverbed consume", "value": consume_per_s, "unit": "records/s"},
-            {
-                "label": "Riverbed consume",
-                "value": float(riverbed["consume"]["payload_mb_per_s"]),
-                "unit": "MB/s",
-            },
-            {
-                "label": "confluent-kafka produce() calls, no broker (client ceiling)",
-                "value": float(ceiling["records_per_s"]),
-                "unit": "records/s",
-            },
+            _headline("Redis XADD (no persistence)", xadd_per_s, "records/s"),
+            _headline(
+                "Redis XADD (AOF everysec, context only)",
+                redis_aof["requests_per_s_median"],
+                "records/s",
+            ),
+            _headline("Riverbed produce (acks=all)", produce_per_s, "records/s"),
+            _headline("Riverbed produce (acks=all)", produced["payload_mb_per_s"], "MB/s"),
+            _headline("Riverbed consume", consume_per_s, "records/s"),
+            _headline("Riverbed consume", consumed["payload_mb_per_s"], "MB/s"),
+            _headline(
+                "confluent-kafka produce() calls, no broker (client ceiling)",
+                ceiling["records_per_s"],
+                "records/s",
+            ),
         ],
         "ratios": [
             {
@@ -364,3 +342,7 @@ def summarize(
             },
         ],
     }
+
+
+def _headline(label: str, value: float, unit: str) -> Headline:
+    return {"label": label, "value": float(value), "unit": unit}

@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             path = run_one(name, options, args.results_dir)
         except Exception:
             traceback.print_exc()
+            print(f"   process logs: {options.work_dir / 'logs'}", file=sys.stderr)
             failed.append(name)
             continue
         print(f"   saved {path}", flush=True)

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from riverbed.client.admin import Admin
-from riverbed.configs import BrokerConfig, ConfigError
+from riverbed.configs import BrokerConfig, ConfigError, parse_properties
 from riverbed.protocol.errors import KafkaError
 
 log = logging.getLogger("riverbed")
@@ -122,7 +122,7 @@ def broker_config_from_args(args: argparse.Namespace) -> BrokerConfig:
     """Merge the config file, then --set pairs, then the dedicated flags (highest precedence)."""
     settings: dict[str, str] = {}
     if args.config:
-        settings.update(BrokerConfig.load_properties(Path(args.config)))
+        settings.update(parse_properties(Path(args.config).read_text()))
     settings.update(_parse_pairs(args.set, "--set"))
     if args.broker_id is not None:
         settings["broker.id"] = str(args.broker_id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, TypeVar
+from typing import Any
 
 from riverbed.protocol import messages as m
 from riverbed.protocol.connection import (
@@ -20,8 +20,7 @@ from riverbed.protocol.connection import (
     supported_api_versions,
 )
 from riverbed.protocol.errors import ErrorCode, KafkaError
-
-T = TypeVar("T")
+from riverbed.protocol.messages import RequestBody
 
 READ_CHUNK_BYTES = 256 * 1024
 # Requests written but not yet answered on one connection (Kafka's
@@ -81,10 +80,9 @@ class BrokerConnection:
             )
         return min(ours[1], theirs[1])
 
-    async def request(self, body: T, *, timeout_ms: int = 30_000) -> Any:
+    async def request(self, body: RequestBody, *, timeout_ms: int = 30_000) -> Any:
         """Send `body` at the negotiated version and return the decoded response body."""
-        api_key: int = body.API_KEY  # type: ignore[attr-defined]
-        return await self._send(body, self.version_for(api_key), timeout_ms)
+        return await self._send(body, self.version_for(body.API_KEY), timeout_ms)
 
     async def close(self) -> None:
         if self._closed:
@@ -98,7 +96,7 @@ class BrokerConnection:
         with contextlib.suppress(Exception):
             await self._writer.wait_closed()
 
-    async def _send(self, body: object, version: int, timeout_ms: int) -> Any:
+    async def _send(self, body: RequestBody, version: int, timeout_ms: int) -> Any:
         if self._closed:
             raise ConnectionClosedError("connection closed")
         async with self._slots:

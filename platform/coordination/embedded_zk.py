@@ -263,7 +263,9 @@ class EmbeddedZooKeeper:
             lines = self.log_path.read_text(errors="replace").splitlines()
         except OSError as error:
             return f"(no log: {error})"
-        return " | ".join(line.strip() for line in lines[-LOG_TAIL_LINES:]) or "(empty log)"
+        # Java stack frames ("at ...", "... 5 more") crowd out the lines that say what went wrong.
+        messages = [line.strip() for line in lines if not line.strip().startswith(("at ", "..."))]
+        return " | ".join(messages[-LOG_TAIL_LINES:]) or "(empty log)"
 
 
 def _signal_group(process: subprocess.Popen[bytes], signum: signal.Signals) -> None:

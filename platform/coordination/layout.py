@@ -150,7 +150,7 @@ class BrokerRegistration:
     broker_id: int  # from the znode name, not stored in the JSON (as in Kafka)
     host: str
     port: int
-    endpoints: tuple[str, ...] = ()  # "LISTENER://host:port"; defaults to PLAINTEXT://host:port
+    endpoints: tuple[str, ...] = ()  # "LISTENER://host:port"; () means PLAINTEXT://host:port
     rack: str | None = None
     timestamp_ms: int = 0
 
@@ -159,10 +159,8 @@ class BrokerRegistration:
             raise ValueError(f"broker id must be >= 0, got {self.broker_id}")
         if not 0 < self.port < 65536:
             raise ValueError(f"broker port must be in 1..65535, got {self.port}")
-
-    @property
-    def listeners(self) -> tuple[str, ...]:
-        return self.endpoints or (f"PLAINTEXT://{self.host}:{self.port}",)
+        if not self.endpoints:  # frozen: normalised once, so encode/decode round-trips
+            object.__setattr__(self, "endpoints", (f"PLAINTEXT://{self.host}:{self.port}",))
 
     def encode(self) -> bytes:
         return _dump(
@@ -170,9 +168,9 @@ class BrokerRegistration:
                 "version": BROKER_REGISTRATION_VERSION,
                 "host": self.host,
                 "port": self.port,
-                "endpoints": list(self.listeners),
+                "endpoints": list(self.endpoints),
                 "listener_security_protocol_map": {
-                    endpoint.split("://", 1)[0]: "PLAINTEXT" for endpoint in self.listeners
+                    endpoint.split("://", 1)[0]: "PLAINTEXT" for endpoint in self.endpoints
                 },
                 "jmx_port": -1,
                 "rack": self.rack,

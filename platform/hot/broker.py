@@ -9,14 +9,14 @@ gets correct answers. Shutdown runs the other way round and ends with a clean-sh
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from pathlib import Path
 
 from riverbed.configs import BrokerConfig, effective_topic_config
+from riverbed.coordination.controller_election import ControllerElection
 from riverbed.coordination.layout import BrokerRegistration
 from riverbed.coordination.metadata import ClusterMetadataStore
-from riverbed.coordination.metadata_cache import MetadataCache, MetadataWatcher
+from riverbed.coordination.metadata_cache import MetadataCache, MetadataChange, MetadataWatcher
 from riverbed.coordination.zk import AsyncZooKeeper
 from riverbed.hot.data_dir import check_data_dir_identity
 from riverbed.hot.dispatcher import Dispatcher
@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 # How often recovery points and high watermarks are checkpointed (Kafka:
 # replica.high.watermark.checkpoint.interval.ms = 5000).
 CHECKPOINT_INTERVAL_S = 5.0
+# How often logs with a `flush.ms` are checked for a due fsync (Kafka:
+# log.flush.scheduler.interval.ms; an idle log must still flush on time).
+FLUSH_CHECK_INTERVAL_S = 1.0
 
 
 class Broker:
@@ -44,6 +47,7 @@ class Broker:
         self._store = ClusterMetadataStore(self._zk)
         self._cache = MetadataCache()
         self._watcher = MetadataWatcher(self._zk, self._cache)
+        self._election = ControllerElection(self._store, config.broker_id)
         self._log_manager: LogManager | None = None
         self._server: KafkaServer | None = None
         self._ctx: BrokerContext | None = None
@@ -65,6 +69,7 @@ class Broker:
         )
         partitions = PartitionManager(self._log_manager)
         await self._zk.start()
+        await self._store.ensure_layout()
         cluster_id = await self._store.ensure_cluster_id()
         check_data_dir_identity(data_dir, cluster_id=cluster_id, broker_id=config.broker_id)
         await self._watcher.start()
@@ -89,12 +94,12 @@ class Broker:
                 broker_id=config.broker_id, host=config.advertised_host, port=config.port
             )
         )
-        await self._store.elect_controller(config.broker_id)
-        self._tasks.append(asyncio.create_task(self._controller_loop(), name="controller"))
+        await self._election.start()
         await self._cache_caught_up()
         self._apply_metadata()
         await self._server.start()
         self._tasks.append(asyncio.create_task(self._checkpoint_loop(), name="checkpoints"))
+        self._tasks.append(asyncio.create_task(self._flush_loop(), name="flush"))
         log.info(
             "broker %d listening on %s:%d (cluster %s)",
             config.broker_id, config.host, self.port, cluster_id,
@@ -107,6 +112,7 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._election.stop()
         await self._watcher.stop()
         await self._zk.stop()
         if self._log_manager is not None:
@@ -121,7 +127,7 @@ class Broker:
         ctx = self._require_ctx()
         await ctx.wait_until(lambda: self.config.broker_id in self._cache.brokers(), 10.0)
 
-    def _on_metadata_change(self, *_: object) -> None:
+    def _on_metadata_change(self, _change: MetadataChange) -> None:
         if self._server is not None:
             self._apply_metadata()
 
@@ -129,7 +135,7 @@ class Broker:
         """Make the hosted partitions match ZooKeeper: open, lead, or delete (topic deleted)."""
         ctx = self._require_ctx()
         wanted: set[tuple[str, int]] = set()
-        for topic in self._cache.topics():
+        for topic in self._cache.topics().values():
             config = LogConfig.from_topic_config(
                 {k: v.value for k, v in effective_topic_config(self.config, topic.configs).items()
                  if v.value}
@@ -155,19 +161,19 @@ class Broker:
             self._log_manager.delete(topic_name, index)
         ctx.metadata_applied()
 
-    async def _controller_loop(self) -> None:
-        """Take over as controller whenever the seat is free (Kafka's /controller election)."""
-        while True:
-            await self._cache.controller_changed()
-            if self._cache.controller_id is None:
-                with contextlib.suppress(Exception):
-                    await self._store.elect_controller(self.config.broker_id)
-
     async def _checkpoint_loop(self) -> None:
         assert self._log_manager is not None
         while True:
             await asyncio.sleep(CHECKPOINT_INTERVAL_S)
+            # Only the checkpoint methods are safe off the loop (they only read offsets).
             await asyncio.to_thread(self._log_manager.checkpoint)
+
+    async def _flush_loop(self) -> None:
+        ctx = self._require_ctx()
+        while True:
+            await asyncio.sleep(FLUSH_CHECK_INTERVAL_S)
+            for partition in ctx.partitions:
+                partition.log.flush_if_due()
 
     def _require_ctx(self) -> BrokerContext:
         if self._ctx is None:

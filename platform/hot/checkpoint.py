@@ -29,7 +29,9 @@ class CheckpointError(ValueError):
 
 def write_offset_checkpoint(path: Path, offsets: Mapping[TopicPartition, int]) -> None:
     lines = [str(CHECKPOINT_VERSION), str(len(offsets))]
-    lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(offsets.items())]
+    lines += [
+        f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(offsets.items())
+    ]
     write_atomically(path, ("\n".join(lines) + "\n").encode())
 
 
@@ -52,6 +54,8 @@ def read_offset_checkpoint(path: Path) -> dict[TopicPartition, int]:
         try:
             offset = int(fields[2])
         except ValueError:
-            raise CheckpointError(f"{path}:{number}: offset {fields[2]!r} is not a number") from None
+            raise CheckpointError(
+                f"{path}:{number}: offset {fields[2]!r} is not a number"
+            ) from None
         offsets[(fields[0], int(fields[1]))] = offset
     return offsets

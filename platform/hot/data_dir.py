@@ -7,13 +7,14 @@ make every local log look like a deleted topic and get removed).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from riverbed.hot.fileio import write_atomically
 
 META_FILE = "meta.properties"
 
 
-class DataDirMismatchError(RuntimeError):
+class DataDirMismatchError(ValueError):
     """The data dir belongs to another cluster or broker; the message says which."""
 
 
@@ -21,11 +22,7 @@ def check_data_dir_identity(data_dir: Path, *, cluster_id: str, broker_id: int) 
     """Write meta.properties on first use; afterwards refuse a different cluster or broker id."""
     path = data_dir / META_FILE
     if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(f"version=0\ncluster.id={cluster_id}\nbroker.id={broker_id}\n")
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomically(path, f"version=0\ncluster.id={cluster_id}\nbroker.id={broker_id}\n".encode())
         return
     props = dict(
         line.split("=", 1) for line in path.read_text().splitlines() if "=" in line

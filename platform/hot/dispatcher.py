@@ -13,6 +13,7 @@ from riverbed.hot.handlers.produce import handle_produce
 from riverbed.hot.server import Chunk
 from riverbed.protocol import messages as m
 from riverbed.protocol.connection import RequestHeader, encode_response
+from riverbed.protocol.messages import RequestBody, ResponseBody
 
 
 class Dispatcher:
@@ -25,13 +26,13 @@ class Dispatcher:
     def __init__(self, ctx: BrokerContext) -> None:
         self._ctx = ctx
 
-    async def __call__(self, header: RequestHeader, body: object) -> list[Chunk] | None:
+    async def __call__(self, header: RequestHeader, body: RequestBody) -> list[Chunk] | None:
         response = await self._handle(header, body)
         if response is None:
             return None
         return encode_response(header, response)
 
-    async def _handle(self, header: RequestHeader, body: object) -> object | None:
+    async def _handle(self, header: RequestHeader, body: RequestBody) -> ResponseBody | None:
         ctx, version = self._ctx, header.api_version
         match body:
             case m.ProduceRequest():

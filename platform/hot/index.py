@@ -18,6 +18,7 @@ Invariants (checked by `is_sane` before an index file is trusted, rebuilt otherw
 from __future__ import annotations
 
 import bisect
+import itertools
 import os
 import struct
 from array import array
@@ -86,7 +87,11 @@ class _IndexFile:
         """Append `rows` to the file, then to memory; on OSError the file is left as before."""
         if not rows:
             return
-        write_all(self._fd, b"".join(self._row.pack(a, b) for a, b in rows))
+        try:
+            write_all(self._fd, b"".join(self._row.pack(a, b) for a, b in rows))
+        except OSError:
+            os.ftruncate(self._fd, self.entries_count * self._row.size)
+            raise
         self.entries_count += len(rows)
         if self._columns is not None:
             for a, b in rows:
@@ -94,8 +99,7 @@ class _IndexFile:
                 self._columns[1].append(b)
 
     def truncate_rows(self, count: int) -> None:
-        if count >= self.entries_count:
-            return
+        count = min(count, self.entries_count)
         os.ftruncate(self._fd, count * self._row.size)
         self.entries_count = count
         self.torn = False
@@ -117,7 +121,7 @@ class _IndexFile:
 
 
 def _strictly_increasing(values: array[int]) -> bool:
-    return all(a < b for a, b in zip(values, values[1:], strict=False))
+    return all(a < b for a, b in itertools.pairwise(values))
 
 
 class OffsetIndex(_IndexFile):
@@ -220,5 +224,5 @@ class TimeIndex(_IndexFile):
             return False
         timestamps, relatives = self.columns()
         return _strictly_increasing(timestamps) and all(
-            a <= b for a, b in zip(relatives, relatives[1:], strict=False)
+            a <= b for a, b in itertools.pairwise(relatives)
         )

@@ -28,6 +28,7 @@ from riverbed.protocol.connection import (
     encode_unsupported_api_versions,
     supported_api_versions,
 )
+from riverbed.protocol.messages import RequestBody
 from riverbed.protocol.regions import FileRegion
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ SHUTDOWN_GRACE_S = 5.0
 Chunk = bytes | FileRegion
 # A handler returns the response's encoded chunks, or None when the request gets no response
 # (Produce with acks=0).
-RequestHandler = Callable[[RequestHeader, object], Awaitable[list[Chunk] | None]]
+RequestHandler = Callable[[RequestHeader, RequestBody], Awaitable[list[Chunk] | None]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,8 @@ A record inside the (possibly compressed) records section of a batch:
 
 Varints are zigzag-encoded base-128, least significant group first. These loops run once per
 record on the client's hot path, so they are written flat: varints of up to two bytes come from
-a precomputed table, single-byte varints are decoded inline, and no helper is called in the
-common case.
+a precomputed table when encoding and are decoded inline, so no helper is called in the common
+case.
 """
 
 import struct
@@ -66,6 +66,7 @@ VARINT_TABLE_SIZE = 1 << 14
 VARINT_BITS_MAX = 63
 _NULL_LENGTH = b"\x01"  # zigzag(-1)
 _NO_HEADERS = b"\x00"
+_RECORD_ATTRIBUTES = b"\x00"  # unused in v2
 _EMPTY_HEADERS: tuple[tuple[str, bytes | None], ...] = ()
 _CRC = struct.Struct(">I")
 
@@ -97,8 +98,6 @@ def _length_prefixed(data: bytes | None) -> bytes:
 
 
 def _encode_headers(headers: Headers) -> bytes:
-    if not headers:
-        return _NO_HEADERS
     out = bytearray(_zigzag_varint(len(headers)))
     for key, value in headers:
         out += _length_prefixed(key.encode())
@@ -118,7 +117,8 @@ def encode_batch(
     timestamp_type: int = 0,
     is_transactional: bool = False,
 ) -> bytes:
-    """Build one v2 batch holding `records`, offsets base_offset + 0, 1, ..."""
+    """Build one v2 batch holding `records` (key, value, headers, timestamp_ms) at offsets
+    base_offset, base_offset + 1, ...; the records section is compressed as `compression`."""
     if not records:
         raise ValueError("a record batch holds at least one record")
     base_timestamp = records[0][3]
@@ -127,6 +127,7 @@ def encode_batch(
     table_size = VARINT_TABLE_SIZE
     # The header's bytes are reserved up front so an uncompressed batch is built in place.
     body = bytearray(RECORD_BATCH_OVERHEAD)
+    join = b"".join
     for offset_delta, (key, value, headers, timestamp_ms) in enumerate(records):
         if timestamp_ms > max_timestamp:
             max_timestamp = timestamp_ms
@@ -135,20 +136,46 @@ def encode_batch(
         timestamp_part = varints[unsigned] if unsigned < table_size else _unsigned_varint(unsigned)
         unsigned = offset_delta << 1
         offset_part = varints[unsigned] if unsigned < table_size else _unsigned_varint(unsigned)
-        key_part = _NULL_LENGTH if key is None else _zigzag_varint(len(key)) + key
-        value_part = _NULL_LENGTH if value is None else _zigzag_varint(len(value)) + value
+        if key is None:
+            key_length_part = _NULL_LENGTH
+            key = b""
+        else:
+            unsigned = len(key) << 1
+            key_length_part = (
+                varints[unsigned] if unsigned < table_size else _unsigned_varint(unsigned)
+            )
+        if value is None:
+            value_length_part = _NULL_LENGTH
+            value = b""
+        else:
+            unsigned = len(value) << 1
+            value_length_part = (
+                varints[unsigned] if unsigned < table_size else _unsigned_varint(unsigned)
+            )
         headers_part = _encode_headers(headers) if headers else _NO_HEADERS
         unsigned = (
-            1 + len(timestamp_part) + len(offset_part) + len(key_part) + len(value_part)
-        ) + len(headers_part)
-        unsigned <<= 1
-        body += varints[unsigned] if unsigned < table_size else _unsigned_varint(unsigned)
-        body += b"\x00"  # record attributes
-        body += timestamp_part
-        body += offset_part
-        body += key_part
-        body += value_part
-        body += headers_part
+            len(timestamp_part)
+            + len(offset_part)
+            + len(key_length_part)
+            + len(key)
+            + len(value_length_part)
+            + len(value)
+            + len(headers_part)
+            + 1  # record attributes
+        ) << 1
+        body += join(
+            (
+                varints[unsigned] if unsigned < table_size else _unsigned_varint(unsigned),
+                _RECORD_ATTRIBUTES,
+                timestamp_part,
+                offset_part,
+                key_length_part,
+                key,
+                value_length_part,
+                value,
+                headers_part,
+            )
+        )
     if compression == CompressionType.NONE:
         out = body
     else:

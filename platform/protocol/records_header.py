@@ -239,8 +239,6 @@ def _check_client_batch(header: BatchHeader, position: int) -> None:
         problem = (
             f"has lastOffsetDelta {header.last_offset_delta} for {header.records_count} records"
         )
-    elif header.base_offset != 0:
-        problem = f"has baseOffset {header.base_offset}; a producer's batches start at 0"
     elif header.is_control:
         problem = "is a control batch; clients may not write control records"
     elif header.producer_id != NO_PRODUCER_ID and header.base_sequence < 0:

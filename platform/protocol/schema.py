@@ -98,17 +98,13 @@ class FieldSpec:
     nullable_versions: VersionRange | None
     tag: int | None
     default: DefaultValue  # scalars only; arrays and structs default to empty / all-defaults
-    null_default: bool  # `default=null`: a nullable array defaults to None, not []
+    null_default: bool  # an explicit `default=null`: for arrays, None instead of []
     struct: StructSpec | None
     line: int
 
     @property
     def attr_name(self) -> str:
         return snake_case(self.name)
-
-    @property
-    def is_struct(self) -> bool:
-        return self.struct is not None
 
     def nullable_in(self, version: int) -> bool:
         return self.nullable_versions is not None and version in self.nullable_versions

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Final
 
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
 HOST: Final = "127.0.0.1"
 IO_TIMEOUT_S: Final = 10.0
 CLIENT_ID: Final = "riverbed-interop"
@@ -208,3 +210,19 @@ def parse_produce_response_v3(body: bytes) -> list[PartitionProduced]:
             position += 22
             out.append(PartitionProduced(name, index, error_code, base_offset))
     return out
+
+
+def record_batch(values: list[bytes], *, timestamp_ms: int) -> bytes:
+    """A valid v2 record batch (built by kafka-python, not by Riverbed's encoder)."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
+    for offset, value in enumerate(values):
+        builder.append(offset, timestamp=timestamp_ms, key=None, value=value, headers=[])
+    return bytes(builder.build())

@@ -27,7 +27,7 @@ async def handle_create_topics(
     results = []
     created = []
     for topic in request.topics:
-        result = CreatableTopicResult(name=topic.name)
+        result = CreatableTopicResult(name=topic.name, error_message=None)
         results.append(result)
         try:
             _check_controller(ctx)

@@ -59,14 +59,13 @@ def _entry(value: ConfigValue, version: int, request: m.DescribeConfigsRequest) 
         name=value.name,
         value=None if value.sensitive else value.value,
         read_only=value.read_only,
-        is_default=value.source_code == ConfigValue.SOURCE_DEFAULT,
-        config_source=value.source_code,
+        config_source=int(value.source),
         is_sensitive=value.sensitive,
-        config_type=value.type_code,
+        config_type=value.type.value,
     )
     if request.include_synonyms:
         entry.synonyms = [
-            Synonym(name=s.name, value=s.value, source=s.source_code) for s in value.synonyms
+            Synonym(name=s.name, value=s.value, source=int(s.source)) for s in value.synonyms
         ]
     if request.include_documentation:
         entry.documentation = value.documentation

@@ -1,0 +1,45 @@
+"""The few admin steps the benchmarks take through confluent-kafka, as a user would."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from bench.procs import ProcessFailed
+
+# Also bounds each metadata or offsets request below.
+TOPIC_READY_TIMEOUT_S = 60.0
+TOPIC_READY_POLL_S = 0.1
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create `topic` (replication factor 1) and wait until every partition has a leader."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new_topic = NewTopic(topic, num_partitions=partitions, replication_factor=1)
+    futures = admin.create_topics([new_topic])
+    futures[topic].result(timeout=TOPIC_READY_TIMEOUT_S)
+    deadline = time.monotonic() + TOPIC_READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        metadata = admin.list_topics(topic, timeout=TOPIC_READY_TIMEOUT_S).topics.get(topic)
+        if metadata is not None and metadata.error is None:
+            led = [p for p in metadata.partitions.values() if p.error is None and p.leader >= 0]
+            if len(led) == partitions:
+                return
+        time.sleep(TOPIC_READY_POLL_S)
+    raise ProcessFailed(f"{topic} has no leader after {TOPIC_READY_TIMEOUT_S} s")
+
+
+def end_offset(bootstrap: str, topic: str, partition: int) -> int:
+    """The partition's high watermark, as a consumer sees it (ListOffsets)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}"})
+    try:
+        _, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=TOPIC_READY_TIMEOUT_S
+        )
+    finally:
+        consumer.close()
+    return int(high)

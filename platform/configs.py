@@ -1,0 +1,564 @@
+"""Typed broker and topic configuration, with Kafka's names, defaults and validation.
+
+Topic configs are stored and sent on the wire as strings; this module is the one place they are
+parsed. Every topic config has a broker-level synonym (as in Kafka: `segment.bytes` defaults to
+the broker's `log.segment.bytes`), so a topic's effective value comes from, in order: the topic's
+override, the broker's config if set explicitly, the built-in default. `effective_topic_config`
+reports which of the three each value came from, for DescribeConfigs.
+
+Only known keys are accepted: a typo in a topic config is an INVALID_CONFIG error, not a
+silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Self, TypeVar
+
+from riverbed.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+INT_MAX: Final = 2**31 - 1
+LONG_MAX: Final = 2**63 - 1
+LONG_MIN: Final = -(2**63)
+# Kafka: a segment must hold at least one legacy record header (LegacyRecord.RECORD_OVERHEAD_V0).
+SEGMENT_BYTES_MIN: Final = 14
+# local.retention.*: -2 means "same as retention.*" (Kafka's tiered storage convention).
+LOCAL_RETENTION_FROM_RETENTION: Final = -2
+
+ConfigPrimitive = bool | int | float | str | tuple[str, ...] | None
+_C = TypeVar("_C")
+
+
+class ConfigError(KafkaError):
+    """An unknown key or an invalid value; `key` names the config. Reported as INVALID_CONFIG."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(ErrorCode.INVALID_CONFIG, message)
+        self.key = key
+
+
+class ConfigType(enum.Enum):
+    """Value types; the values are DescribeConfigs' config_type ids."""
+
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+
+
+class ConfigSource(enum.IntEnum):
+    """Where an effective value came from; the values are DescribeConfigs' ConfigSource ids."""
+
+    TOPIC = 1  # DYNAMIC_TOPIC_CONFIG
+    BROKER = 4  # STATIC_BROKER_CONFIG
+    DEFAULT = 5  # DEFAULT_CONFIG
+
+
+@dataclass(frozen=True, slots=True)
+class Validator:
+    """`check(value)` is True for a valid value; `allowed` describes the valid ones in errors."""
+
+    check: Callable[[ConfigPrimitive], bool]
+    allowed: str
+
+
+def at_least(minimum: int) -> Validator:
+    return Validator(lambda v: isinstance(v, int) and v >= minimum, f"integers >= {minimum}")
+
+
+def between(low: float, high: float) -> Validator:
+    return Validator(
+        lambda v: isinstance(v, int | float) and low <= v <= high, f"numbers in [{low}, {high}]"
+    )
+
+
+def one_of(*choices: str) -> Validator:
+    return Validator(lambda v: v in choices, ", ".join(choices))
+
+
+def each_one_of(*choices: str) -> Validator:
+    return Validator(
+        lambda v: isinstance(v, tuple) and bool(v) and all(item in choices for item in v),
+        f"a non-empty comma-separated list of {', '.join(choices)}",
+    )
+
+
+_LISTENER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)://([^:/\s]*):(\d{1,5})")
+
+
+def _listeners_ok(value: ConfigPrimitive) -> bool:
+    if not isinstance(value, tuple) or not value:
+        return False
+    for item in value:
+        match = _LISTENER.fullmatch(item)
+        if match is None or not 0 < int(match.group(3)) < 65536:
+            return False
+    return True
+
+
+LISTENERS: Final = Validator(_listeners_ok, "a comma-separated list of NAME://host:port")
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    name: str
+    type: ConfigType
+    default: ConfigPrimitive
+    doc: str
+    validator: Validator | None = None
+    broker_synonym: str | None = None  # topic configs: the broker config providing the default
+    sensitive: bool = False
+
+    @property
+    def attribute(self) -> str:
+        return self.name.replace(".", "_")
+
+    def parse(self, text: str | None) -> ConfigPrimitive:
+        """The typed value of `text`, or ConfigError naming this key and the allowed values."""
+        if text is None:
+            raise ConfigError(self.name, f"config {self.name!r} cannot be null")
+        try:
+            value = _PARSERS[self.type](text.strip())
+        except ValueError:
+            raise self._invalid(text) from None
+        if self.validator is not None and not self.validator.check(value):
+            raise self._invalid(text)
+        return value
+
+    def render(self, value: ConfigPrimitive) -> str | None:
+        """The wire/storage string of a typed value."""
+        if value is None:
+            return None
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, tuple):
+            return ",".join(value)
+        return str(value)
+
+    def _invalid(self, text: str) -> ConfigError:
+        allowed = self.validator.allowed if self.validator else f"a {self.type.name.lower()}"
+        return ConfigError(
+            self.name, f"invalid value {text!r} for config {self.name!r}; allowed: {allowed}"
+        )
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered not in ("true", "false"):
+        raise ValueError(text)
+    return lowered == "true"
+
+
+def _parse_ranged_int(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text)
+        if not low <= value <= high:
+            raise ValueError(text)
+        return value
+
+    return parse
+
+
+def _parse_list(text: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+_PARSERS: Final[dict[ConfigType, Callable[[str], ConfigPrimitive]]] = {
+    ConfigType.BOOLEAN: _parse_bool,
+    ConfigType.INT: _parse_ranged_int(-INT_MAX - 1, INT_MAX),
+    ConfigType.LONG: _parse_ranged_int(LONG_MIN, LONG_MAX),
+    ConfigType.DOUBLE: float,
+    ConfigType.STRING: str,
+    ConfigType.LIST: _parse_list,
+}
+
+_MS_7_DAYS: Final = 7 * 24 * 60 * 60 * 1000
+_MS_1_DAY: Final = 24 * 60 * 60 * 1000
+_COMPRESSION_TYPES: Final = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer", "none")
+
+_T = ConfigType
+TOPIC_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
+    ConfigDef("cleanup.policy", _T.LIST, ("delete",), "delete old segments, compact, or both",
+              each_one_of("compact", "delete"), "log.cleanup.policy"),
+    ConfigDef("compression.type", _T.STRING, "producer", "codec of stored batches; producer keeps "
+              "the producer's", one_of(*_COMPRESSION_TYPES), "compression.type"),
+    ConfigDef("delete.retention.ms", _T.LONG, _MS_1_DAY, "how long compaction keeps tombstones",
+              at_least(0), "log.cleaner.delete.retention.ms"),
+    ConfigDef("flush.messages", _T.LONG, LONG_MAX, "fsync after this many messages",
+              at_least(1), "log.flush.interval.messages"),
+    ConfigDef("flush.ms", _T.LONG, LONG_MAX, "fsync after this long", at_least(0),
+              "log.flush.interval.ms"),
+    ConfigDef("index.interval.bytes", _T.INT, 4096, "bytes between offset index entries",
+              at_least(0), "log.index.interval.bytes"),
+    ConfigDef("local.retention.bytes", _T.LONG, LOCAL_RETENTION_FROM_RETENTION, "bytes kept on "
+              "local disk when tiered (-2: retention.bytes)", at_least(-2),
+              "log.local.retention.bytes"),
+    ConfigDef("local.retention.ms", _T.LONG, LOCAL_RETENTION_FROM_RETENTION, "time kept on local "
+              "disk when tiered (-2: retention.ms)", at_least(-2), "log.local.retention.ms"),
+    ConfigDef("max.compaction.lag.ms", _T.LONG, LONG_MAX, "longest a message stays uncompacted",
+              at_least(1), "log.cleaner.max.compaction.lag.ms"),
+    ConfigDef("max.message.bytes", _T.INT, 1048588, "largest record batch accepted",
+              at_least(0), "message.max.bytes"),
+    ConfigDef("message.timestamp.type", _T.STRING, "CreateTime", "which timestamp batches carry",
+              one_of("CreateTime", "LogAppendTime"), "log.message.timestamp.type"),
+    ConfigDef("min.cleanable.dirty.ratio", _T.DOUBLE, 0.5, "dirty share that triggers compaction",
+              between(0, 1), "log.cleaner.min.cleanable.ratio"),
+    ConfigDef("min.compaction.lag.ms", _T.LONG, 0, "shortest a message stays uncompacted",
+              at_least(0), "log.cleaner.min.compaction.lag.ms"),
+    ConfigDef("min.insync.replicas", _T.INT, 1, "in-sync replicas needed for acks=all",
+              at_least(1), "min.insync.replicas"),
+    ConfigDef("remote.storage.enable", _T.BOOLEAN, False, "tier closed segments to object "
+              "storage (no broker-level default)"),
+    ConfigDef("retention.bytes", _T.LONG, -1, "partition size before old segments are deleted "
+              "(-1: unlimited)", at_least(-1), "log.retention.bytes"),
+    ConfigDef("retention.ms", _T.LONG, _MS_7_DAYS, "age before segments are deleted (-1: "
+              "forever)", at_least(-1), "log.retention.ms"),
+    ConfigDef("segment.bytes", _T.INT, 1073741824, "segment file size before rolling",
+              at_least(SEGMENT_BYTES_MIN), "log.segment.bytes"),
+    ConfigDef("segment.ms", _T.LONG, _MS_7_DAYS, "segment age before rolling", at_least(1),
+              "log.roll.ms"),
+    ConfigDef("unclean.leader.election.enable", _T.BOOLEAN, False, "allow an out-of-sync replica "
+              "to lead (loses data)", None, "unclean.leader.election.enable"),
+)  # fmt: skip
+
+BROKER_ONLY_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
+    ConfigDef("broker.id", _T.INT, 0, "this broker's id in the cluster", at_least(0)),
+    ConfigDef("broker.rack", _T.STRING, None, "rack for rack-aware replica placement"),
+    ConfigDef("listeners", _T.LIST, ("PLAINTEXT://127.0.0.1:9092",), "addresses to listen on",
+              LISTENERS),
+    ConfigDef("advertised.listeners", _T.LIST, None, "addresses given to clients (default: "
+              "listeners)", LISTENERS),
+    ConfigDef("log.dirs", _T.LIST, ("/tmp/riverbed-logs",), "directories holding partition logs",
+              Validator(lambda v: isinstance(v, tuple) and bool(v), "a list of directories")),
+    ConfigDef("zookeeper.connect", _T.STRING, None, "host:port[,host:port][/chroot] of ZooKeeper",
+              Validator(lambda v: isinstance(v, str) and bool(v), "host:port[/chroot]")),
+    ConfigDef("zookeeper.session.timeout.ms", _T.INT, 18000, "ZooKeeper session timeout",
+              at_least(1)),
+    ConfigDef("zookeeper.connection.timeout.ms", _T.INT, None, "how long to wait for ZooKeeper "
+              "at startup (default: the session timeout)", at_least(1)),
+    ConfigDef("auto.create.topics.enable", _T.BOOLEAN, True, "create unknown topics on metadata "
+              "requests"),
+    ConfigDef("delete.topic.enable", _T.BOOLEAN, True, "allow DeleteTopics"),
+    ConfigDef("num.partitions", _T.INT, 1, "partitions of auto-created topics", at_least(1)),
+    ConfigDef("default.replication.factor", _T.INT, 1, "replication factor of auto-created "
+              "topics", at_least(1)),
+    ConfigDef("socket.request.max.bytes", _T.INT, 104857600, "largest request accepted",
+              at_least(1)),
+    ConfigDef("replica.lag.time.max.ms", _T.LONG, 30000, "a follower this far behind leaves the "
+              "ISR", at_least(1)),
+    ConfigDef("log.retention.check.interval.ms", _T.LONG, 300000, "how often retention runs",
+              at_least(1)),
+)  # fmt: skip
+
+_BROKER_SYNONYMS: Final = {d.broker_synonym: d for d in TOPIC_CONFIG_DEFS if d.broker_synonym}
+BROKER_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
+    *BROKER_ONLY_CONFIG_DEFS,
+    *(
+        dataclasses.replace(d, name=synonym, broker_synonym=None)
+        for synonym, d in _BROKER_SYNONYMS.items()
+    ),
+)
+TOPIC_CONFIGS: Final = {d.name: d for d in TOPIC_CONFIG_DEFS}
+BROKER_CONFIGS: Final = {d.name: d for d in BROKER_CONFIG_DEFS}
+
+
+def _parse_all(
+    defs: Mapping[str, ConfigDef], values: Mapping[str, str | None], kind: str
+) -> dict[str, ConfigPrimitive]:
+    parsed: dict[str, ConfigPrimitive] = {}
+    for key, text in values.items():
+        definition = defs.get(key)
+        if definition is None:
+            raise ConfigError(
+                key,
+                f"unknown {kind} config {key!r}; known {kind} configs: {', '.join(sorted(defs))}",
+            )
+        parsed[key] = definition.parse(text)
+    return parsed
+
+
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Check topic config overrides; return them in canonical string form, ready to store.
+    Raises ConfigError (a KafkaError with INVALID_CONFIG) naming the first bad key."""
+    parsed = _parse_all(TOPIC_CONFIGS, configs, "topic")
+    canonical: dict[str, str] = {}
+    for key, value in parsed.items():
+        text = TOPIC_CONFIGS[key].render(value)
+        if text is None:  # parse never yields None for a topic config; keep the type honest
+            raise ConfigError(key, f"config {key!r} cannot be null")
+        canonical[key] = text
+    return canonical
+
+
+def _build(
+    cls: Callable[..., _C],
+    defs: Iterable[ConfigDef],
+    values: Mapping[str, ConfigPrimitive],
+    **extra: object,
+) -> _C:
+    return cls(**extra, **{d.attribute: values[d.name] for d in defs})
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """A topic's effective configuration, typed; attribute = Kafka name with '.' -> '_'."""
+
+    cleanup_policy: tuple[str, ...]
+    compression_type: str
+    delete_retention_ms: int
+    flush_messages: int
+    flush_ms: int
+    index_interval_bytes: int
+    local_retention_bytes: int
+    local_retention_ms: int
+    max_compaction_lag_ms: int
+    max_message_bytes: int
+    message_timestamp_type: str
+    min_cleanable_dirty_ratio: float
+    min_compaction_lag_ms: int
+    min_insync_replicas: int
+    remote_storage_enable: bool
+    retention_bytes: int
+    retention_ms: int
+    segment_bytes: int
+    segment_ms: int
+    unclean_leader_election_enable: bool
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSynonym:
+    name: str
+    value: str | None
+    source: ConfigSource
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigValue:
+    """One row of DescribeConfigs; `source` and `type` values are its wire ids."""
+
+    name: str
+    value: str | None
+    source: ConfigSource
+    read_only: bool = False
+    sensitive: bool = False
+    type: ConfigType = ConfigType.STRING
+    documentation: str = ""
+    synonyms: tuple[ConfigSynonym, ...] = ()  # every source that sets it, highest first
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """A broker's configuration, typed; attribute = Kafka name with '.' -> '_'.
+    `explicit` holds the keys that were set rather than defaulted."""
+
+    explicit: frozenset[str]
+    broker_id: int
+    broker_rack: str | None
+    listeners: tuple[str, ...]
+    advertised_listeners: tuple[str, ...] | None
+    log_dirs: tuple[str, ...]
+    zookeeper_connect: str
+    zookeeper_session_timeout_ms: int
+    zookeeper_connection_timeout_ms: int | None
+    auto_create_topics_enable: bool
+    delete_topic_enable: bool
+    num_partitions: int
+    default_replication_factor: int
+    socket_request_max_bytes: int
+    replica_lag_time_max_ms: int
+    log_retention_check_interval_ms: int
+    # Broker-level defaults of topic configs (see TOPIC_CONFIG_DEFS' broker_synonym).
+    log_cleanup_policy: tuple[str, ...]
+    compression_type: str
+    log_cleaner_delete_retention_ms: int
+    log_flush_interval_messages: int
+    log_flush_interval_ms: int
+    log_index_interval_bytes: int
+    log_local_retention_bytes: int
+    log_local_retention_ms: int
+    log_cleaner_max_compaction_lag_ms: int
+    message_max_bytes: int
+    log_message_timestamp_type: str
+    log_cleaner_min_cleanable_ratio: float
+    log_cleaner_min_compaction_lag_ms: int
+    min_insync_replicas: int
+    log_retention_bytes: int
+    log_retention_ms: int
+    log_segment_bytes: int
+    log_roll_ms: int
+    unclean_leader_election_enable: bool
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, str], *, allow_unknown: bool = False) -> Self:
+        """Parse broker configs. `zookeeper.connect` is required. Unknown keys are errors unless
+        `allow_unknown` (for a real Kafka server.properties), when they are logged and skipped."""
+        known = {key: text for key, text in values.items() if key in BROKER_CONFIGS}
+        for key in sorted(set(values) - set(known)):
+            if not allow_unknown:
+                _parse_all(BROKER_CONFIGS, {key: values[key]}, "broker")  # raises, naming it
+            log.warning("ignoring unsupported broker config %r", key)
+        parsed = {d.name: d.default for d in BROKER_CONFIG_DEFS}
+        parsed.update(_parse_all(BROKER_CONFIGS, known, "broker"))
+        if parsed["zookeeper.connect"] is None:
+            raise ConfigError("zookeeper.connect", "broker config 'zookeeper.connect' is required")
+        return _build(cls, BROKER_CONFIG_DEFS, parsed, explicit=frozenset(known))
+
+    @classmethod
+    def load_properties(cls, path: Path, *, allow_unknown: bool = False) -> Self:
+        """Read a Kafka-style .properties file (key=value or key: value, # and ! comments)."""
+        return cls.from_mapping(parse_properties(path.read_text()), allow_unknown=allow_unknown)
+
+    def value(self, name: str) -> ConfigPrimitive:
+        value: ConfigPrimitive = getattr(self, BROKER_CONFIGS[name].attribute)
+        return value
+
+    @property
+    def advertised(self) -> tuple[str, ...]:
+        return self.advertised_listeners or self.listeners
+
+    @property
+    def advertised_host_port(self) -> tuple[str, int]:
+        """Host and port of the first advertised listener (what clients are told to dial)."""
+        return _host_port(self.advertised[0])
+
+    @property
+    def host(self) -> str:
+        """Interface of the first listener (the one the broker binds)."""
+        return _host_port(self.listeners[0])[0]
+
+    @property
+    def port(self) -> int:
+        return _host_port(self.listeners[0])[1]
+
+    @property
+    def advertised_host(self) -> str:
+        return self.advertised_host_port[0]
+
+    @property
+    def log_dir(self) -> str:
+        """The data directory; one per broker for now (Kafka's JBOD is not supported)."""
+        return self.log_dirs[0]
+
+    @property
+    def zookeeper_connect_timeout_ms(self) -> int:
+        return self.zookeeper_connection_timeout_ms or self.zookeeper_session_timeout_ms
+
+
+def _host_port(listener: str) -> tuple[str, int]:
+    match = _LISTENER.fullmatch(listener)
+    if match is None:  # validated when parsed
+        raise ValueError(f"malformed listener {listener!r}")
+    return match.group(2) or "127.0.0.1", int(match.group(3))
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """The subset of java.util.Properties syntax Kafka config files use (no line continuations)."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#!":
+            continue
+        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)", stripped)
+        if match is None:
+            values[stripped] = ""
+        else:
+            values[match.group(1)] = match.group(2).strip()
+    return values
+
+
+def effective_topic_config(
+    broker: BrokerConfig, overrides: Mapping[str, str]
+) -> dict[str, ConfigValue]:
+    """Every topic config with its value and source: topic override, explicit broker config, or
+    the default. `overrides` are stored (already validated) strings."""
+    result: dict[str, ConfigValue] = {}
+    for definition in TOPIC_CONFIG_DEFS:
+        synonyms: list[ConfigSynonym] = []
+        if definition.name in overrides:
+            synonyms.append(
+                ConfigSynonym(definition.name, overrides[definition.name], ConfigSource.TOPIC)
+            )
+        synonym = definition.broker_synonym
+        if synonym is not None and synonym in broker.explicit:
+            text = definition.render(broker.value(synonym))
+            synonyms.append(ConfigSynonym(synonym, text, ConfigSource.BROKER))
+        default = definition.render(definition.default)
+        synonyms.append(ConfigSynonym(synonym or definition.name, default, ConfigSource.DEFAULT))
+        result[definition.name] = _config_value(definition, synonyms, read_only=False)
+    return result
+
+
+def effective_broker_config(broker: BrokerConfig) -> dict[str, ConfigValue]:
+    """Every broker config with its value: set in the config file/flags, or the default. Static
+    (read-only) as Riverbed has no dynamic broker configs."""
+    result: dict[str, ConfigValue] = {}
+    for definition in BROKER_CONFIG_DEFS:
+        synonyms: list[ConfigSynonym] = []
+        if definition.name in broker.explicit:
+            text = definition.render(broker.value(definition.name))
+            synonyms.append(ConfigSynonym(definition.name, text, ConfigSource.BROKER))
+        default = definition.render(definition.default)
+        synonyms.append(ConfigSynonym(definition.name, default, ConfigSource.DEFAULT))
+        result[definition.name] = _config_value(definition, synonyms, read_only=True)
+    return result
+
+
+def _config_value(
+    definition: ConfigDef, synonyms: list[ConfigSynonym], *, read_only: bool
+) -> ConfigValue:
+    winner = synonyms[0]
+    return ConfigValue(
+        name=definition.name,
+        value=winner.value,
+        source=winner.source,
+        read_only=read_only,
+        sensitive=definition.sensitive,
+        type=definition.type,
+        documentation=definition.doc,
+        synonyms=tuple(synonyms),
+    )
+
+
+def topic_config(broker: BrokerConfig, overrides: Mapping[str, str]) -> TopicConfig:
+    """A topic's effective configuration, typed, for the log layer."""
+    values: dict[str, ConfigPrimitive] = {}
+    for definition in TOPIC_CONFIG_DEFS:
+        if definition.name in overrides:
+            values[definition.name] = definition.parse(overrides[definition.name])
+        elif definition.broker_synonym is not None:
+            values[definition.name] = broker.value(definition.broker_synonym)
+        else:
+            values[definition.name] = definition.default
+    return _build(TopicConfig, TOPIC_CONFIG_DEFS, values)
+
+
+def _check_fields(cls: type, defs: Iterable[ConfigDef], extra: frozenset[str]) -> None:
+    # The dataclasses above spell out each config for the type checker; this keeps them in step
+    # with the definition tables.
+    fields = {f.name for f in dataclasses.fields(cls)} - extra
+    attributes = {d.attribute for d in defs}
+    if fields != attributes:
+        raise RuntimeError(f"{cls.__name__} fields differ from its config definitions: "
+                           f"{sorted(fields ^ attributes)}")  # fmt: skip
+
+
+_check_fields(TopicConfig, TOPIC_CONFIG_DEFS, frozenset())
+_check_fields(BrokerConfig, BROKER_CONFIG_DEFS, frozenset({"explicit"}))

@@ -1,0 +1,345 @@
+"""Writes of cluster metadata to ZooKeeper: broker registration, controller election, topics.
+
+Every multi-znode change is one ZooKeeper transaction, and every change that must not overwrite
+a concurrent one is conditional on a znode version; reads for the serving path come from the
+watch-driven MetadataCache instead (see metadata_cache.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+import uuid
+from collections.abc import Collection, Mapping
+from typing import Final
+
+from riverbed.configs import validate_topic_configs
+from riverbed.coordination import layout
+from riverbed.coordination.assignment import assign_replicas
+from riverbed.coordination.layout import (
+    BrokerRegistration,
+    PartitionState,
+    TopicAssignment,
+    TopicConfigOverrides,
+)
+from riverbed.coordination.zk import (
+    AsyncZooKeeper,
+    BadVersionError,
+    CheckOp,
+    CreateOp,
+    DeleteOp,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    SetOp,
+    TransactionOp,
+)
+from riverbed.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+# Optimistic-concurrency retries (a concurrent writer bumped a version we read): a few suffice,
+# more would mean a livelock worth surfacing.
+CONDITIONAL_WRITE_ATTEMPTS_MAX: Final = 5
+# A broker restarted within its old session's timeout finds its previous, not yet expired
+# registration; like Kafka it waits for that session to expire, at most this many timeouts.
+STALE_REGISTRATION_WAIT_SESSIONS_MAX: Final = 2
+INITIAL_CONTROLLER_EPOCH: Final = 0
+
+
+class BrokerIdConflictError(RuntimeError):
+    """Another live session holds this broker id: two brokers were given the same broker.id."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ClusterMetadataStore:
+    """The writes of cluster metadata, over one AsyncZooKeeper session."""
+
+    def __init__(self, zk: AsyncZooKeeper, rng: random.Random | None = None) -> None:
+        self.zk = zk
+        self.controller_epoch: int | None = None  # the epoch of our last won election
+        self._rng = rng or random.Random()
+
+    async def ensure_layout(self) -> None:
+        """Create the persistent parent znodes (idempotent); call once after connecting."""
+        for path in layout.PERSISTENT_PATHS:
+            await self.zk.ensure_path(path)
+
+    async def ensure_cluster_id(self) -> str:
+        """The cluster id; the first broker to ask creates it (a race is settled by ZooKeeper)."""
+        try:
+            data, _ = await self.zk.get(layout.CLUSTER_ID_PATH)
+        except NoNodeError:
+            candidate = layout.encode_uuid(uuid.uuid4())
+            try:
+                await self.zk.create(
+                    layout.CLUSTER_ID_PATH, layout.encode_cluster_id(candidate), makepath=True
+                )
+                return candidate
+            except NodeExistsError:
+                data, _ = await self.zk.get(layout.CLUSTER_ID_PATH)
+        return layout.decode_cluster_id(data)
+
+    # ---- brokers ----------------------------------------------------------------------------
+
+    async def register_broker(self, registration: BrokerRegistration) -> None:
+        """Create our ephemeral /brokers/ids/<id>. If a node from an expired session of this
+        broker is still there, wait for ZooKeeper to expire it (bounded), as Kafka does."""
+        path = layout.broker_path(registration.broker_id)
+        data = registration.encode()
+        wait_ms = STALE_REGISTRATION_WAIT_SESSIONS_MAX * self.zk.session_timeout_ms
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            try:
+                await self.zk.create(path, data, ephemeral=True)
+                return
+            except NodeExistsError:
+                pass
+            stat = await self.zk.exists(path)
+            if stat is None:
+                continue  # expired between our create and our check: try again
+            if stat.ephemeral_owner == self.zk.session_id:
+                await self.zk.set(path, data)  # ours already (a retried create): refresh it
+                return
+            remaining_ms = (deadline - time.monotonic()) * 1000
+            if remaining_ms <= 0:
+                raise BrokerIdConflictError(
+                    f"broker id {registration.broker_id} is registered by live ZooKeeper "
+                    f"session 0x{stat.ephemeral_owner:x} for more than {wait_ms} ms: "
+                    "is another broker running with the same broker.id?"
+                )
+            log.info("waiting for the stale registration at %s to expire", path)
+            await self._wait_for_deletion(path, remaining_ms)
+
+    async def deregister_broker(self, broker_id: int) -> None:
+        """Remove our registration now (controlled shutdown) rather than at session expiry."""
+        path = layout.broker_path(broker_id)
+        stat = await self.zk.exists(path)
+        if stat is not None and stat.ephemeral_owner == self.zk.session_id:
+            await self.zk.delete(path, stat.version)
+
+    async def _wait_for_deletion(self, path: str, timeout_ms: float) -> None:
+        gone = asyncio.Event()
+
+        def on_change(data: bytes | None, _stat: object) -> None:
+            if data is None:
+                gone.set()
+
+        handle = await self.zk.watch_data(path, on_change)
+        try:
+            await asyncio.wait_for(gone.wait(), timeout_ms / 1000)
+        except TimeoutError:
+            pass  # the caller re-checks and reports
+        finally:
+            handle.cancel()
+
+    # ---- controller -------------------------------------------------------------------------
+
+    async def elect_controller(self, broker_id: int) -> bool:
+        """Try to become controller: create the ephemeral /controller and bump /controller_epoch
+        (conditional on its version) in one transaction. True if we are the controller now;
+        `self.controller_epoch` then holds our epoch."""
+        for _ in range(CONDITIONAL_WRITE_ATTEMPTS_MAX):
+            epoch, epoch_version = await self._read_controller_epoch()
+            ops: list[TransactionOp] = [
+                CreateOp(layout.CONTROLLER_PATH, layout.encode_controller(broker_id, _now_ms()),
+                         ephemeral=True),
+                SetOp(layout.CONTROLLER_EPOCH_PATH, layout.encode_controller_epoch(epoch + 1),
+                      epoch_version),
+            ]  # fmt: skip
+            try:
+                await self.zk.transaction(ops)
+            except NodeExistsError:
+                return await self._already_controller(broker_id)
+            except BadVersionError:
+                continue  # another contender bumped the epoch first: re-read
+            self.controller_epoch = epoch + 1
+            log.info("broker %d is the controller, epoch %d", broker_id, epoch + 1)
+            return True
+        return False
+
+    async def get_controller(self) -> int | None:
+        try:
+            data, _ = await self.zk.get(layout.CONTROLLER_PATH)
+        except NoNodeError:
+            return None
+        return layout.decode_controller(data)
+
+    async def _already_controller(self, broker_id: int) -> bool:
+        try:
+            data, stat = await self.zk.get(layout.CONTROLLER_PATH)
+        except NoNodeError:
+            return False  # vacant again; the caller's watch will trigger another attempt
+        # Ours only if this very session created it (a retried election after connection loss).
+        return layout.decode_controller(data) == broker_id and (
+            stat.ephemeral_owner == self.zk.session_id
+        )
+
+    async def _read_controller_epoch(self) -> tuple[int, int]:
+        try:
+            data, stat = await self.zk.get(layout.CONTROLLER_EPOCH_PATH)
+        except NoNodeError:
+            initial = layout.encode_controller_epoch(INITIAL_CONTROLLER_EPOCH)
+            with contextlib.suppress(NodeExistsError):  # another contender created it
+                await self.zk.create(layout.CONTROLLER_EPOCH_PATH, initial)
+            data, stat = await self.zk.get(layout.CONTROLLER_EPOCH_PATH)
+        return layout.decode_controller_epoch(data), stat.version
+
+    # ---- topics -----------------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str | None],
+        live_broker_ids: Collection[int],
+        controller_epoch: int = INITIAL_CONTROLLER_EPOCH,
+    ) -> uuid.UUID:
+        """Create a topic: assignment, partition states (leader = first replica, ISR = replicas,
+        leader epoch 0) and config overrides in one transaction. Returns the new topic id."""
+        self.check_new_topic(name, num_partitions, replication_factor, live_broker_ids)
+        overrides = validate_topic_configs(configs)
+        topic_id = uuid.uuid4()
+        replicas = assign_replicas(live_broker_ids, num_partitions, replication_factor, self._rng)
+        ops = _create_topic_ops(name, topic_id, replicas, overrides, controller_epoch)
+        try:
+            await self.zk.transaction(ops)
+        except NodeExistsError as error:
+            message = f"topic {name!r} already exists"
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, message) from error
+        return topic_id
+
+    @staticmethod
+    def check_new_topic(
+        name: str, num_partitions: int, replication_factor: int, live_broker_ids: Collection[int]
+    ) -> None:
+        """The checks of create_topic that need no ZooKeeper (CreateTopics' validate_only):
+        raises KafkaError INVALID_TOPIC_EXCEPTION / INVALID_PARTITIONS /
+        INVALID_REPLICATION_FACTOR."""
+        name_error = layout.topic_name_error(name)
+        if name_error is not None:
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, name_error)
+        if num_partitions < 1:
+            message = f"number of partitions must be >= 1, got {num_partitions}"
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, message)
+        live_count = len(set(live_broker_ids))
+        if not 1 <= replication_factor <= live_count:
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"replication factor {replication_factor} must be between 1 and the number "
+                f"of live brokers ({live_count})",
+            )
+
+    async def delete_topic(self, name: str) -> uuid.UUID:
+        """Delete a topic's assignment, partition states and config overrides in one transaction.
+        Returns the deleted topic's id."""
+        for _ in range(CONDITIONAL_WRITE_ATTEMPTS_MAX):
+            try:
+                data, stat = await self.zk.get(layout.topic_path(name))
+                partitions = await self._partition_children(name)
+            except NoNodeError:
+                break
+            assignment = TopicAssignment.decode(name, data)
+            config_exists = await self.zk.exists(layout.topic_config_path(name)) is not None
+            ops = _delete_topic_ops(name, partitions, stat.version, config_exists)
+            try:
+                await self.zk.transaction(ops)
+            except (BadVersionError, NoNodeError, NotEmptyError):
+                continue  # changed under us (partitions added, deleted concurrently): re-read
+            return assignment.topic_id
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+
+    async def set_topic_config(self, name: str, configs: Mapping[str, str | None]) -> None:
+        """Replace the topic's config overrides (validated) with `configs`."""
+        overrides = validate_topic_configs(configs)
+        data = TopicConfigOverrides(overrides).encode()
+        config_path = layout.topic_config_path(name)
+        check = CheckOp(layout.topic_path(name), -1)  # -1: any version, but it must exist
+        for _ in range(CONDITIONAL_WRITE_ATTEMPTS_MAX):
+            write = (
+                SetOp(config_path, data)
+                if await self.zk.exists(config_path)
+                else CreateOp(config_path, data)
+            )
+            try:
+                await self.zk.transaction([check, write])
+                return
+            except NoNodeError as error:
+                if error.path == check.path:
+                    raise KafkaError(
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
+                    ) from error
+            except NodeExistsError:
+                pass  # created concurrently: set it instead
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"config of {name!r} kept changing")
+
+    async def get_partition_state(self, topic: str, partition: int) -> tuple[PartitionState, int]:
+        """The partition's state and its znode version (for update_partition_state)."""
+        path = layout.partition_state_path(topic, partition)
+        data, stat = await self.zk.get(path)
+        return PartitionState.decode(path, data), stat.version
+
+    async def update_partition_state(
+        self, topic: str, partition: int, new_state: PartitionState, expected_version: int
+    ) -> int:
+        """Write the partition's state if its znode is still at `expected_version`; return the
+        new version. Raises zk.BadVersionError if someone else wrote it first (re-read, decide
+        again) and zk.NoNodeError if the topic was deleted."""
+        stat = await self.zk.set(
+            layout.partition_state_path(topic, partition), new_state.encode(), expected_version
+        )
+        return stat.version
+
+    async def _partition_children(self, name: str) -> list[int] | None:
+        """The partition numbers under the topic, None without a `partitions` znode."""
+        try:
+            children = await self.zk.get_children(layout.partitions_path(name))
+        except NoNodeError:
+            return None
+        return sorted(int(child) for child in children if child.isdigit())
+
+
+def _create_topic_ops(
+    name: str,
+    topic_id: uuid.UUID,
+    replicas: Mapping[int, tuple[int, ...]],
+    overrides: Mapping[str, str],
+    controller_epoch: int,
+) -> list[TransactionOp]:
+    ops: list[TransactionOp] = [
+        CreateOp(layout.topic_path(name), TopicAssignment(topic_id, replicas).encode()),
+        CreateOp(layout.partitions_path(name)),
+    ]
+    for partition, partition_replicas in sorted(replicas.items()):
+        state = PartitionState(
+            leader=partition_replicas[0],
+            leader_epoch=0,
+            isr=partition_replicas,
+            controller_epoch=controller_epoch,
+        )
+        ops.append(CreateOp(layout.partition_path(name, partition)))
+        ops.append(CreateOp(layout.partition_state_path(name, partition), state.encode()))
+    ops.append(CreateOp(layout.topic_config_path(name), TopicConfigOverrides(overrides).encode()))
+    return ops
+
+
+def _delete_topic_ops(
+    name: str, partitions: list[int] | None, assignment_version: int, config_exists: bool
+) -> list[TransactionOp]:
+    ops: list[TransactionOp] = []
+    if partitions is not None:
+        for partition in partitions:
+            ops.append(DeleteOp(layout.partition_state_path(name, partition)))
+            ops.append(DeleteOp(layout.partition_path(name, partition)))
+        ops.append(DeleteOp(layout.partitions_path(name)))
+    ops.append(DeleteOp(layout.topic_path(name), assignment_version))
+    if config_exists:
+        ops.append(DeleteOp(layout.topic_config_path(name)))
+    return ops

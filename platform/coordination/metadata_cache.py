@@ -1,0 +1,442 @@
+"""The broker's in-memory view of cluster metadata, kept current by ZooKeeper watches.
+
+Two parts with one job each:
+
+* `MetadataCache` holds the view and does no I/O: synchronous snapshot reads for request
+  handlers, `apply_*` methods that fold one change in, and listeners told what changed (topics
+  added/removed, partition states changed...) so the broker can open or close partition logs.
+* `MetadataWatcher` owns the ZooKeeper watches and feeds the cache. Its callbacks all run on the
+  event loop, so the cache is only ever touched from the loop thread.
+
+A topic appears in the cache only once its assignment, every partition state and its config
+overrides are all loaded, so a reader never sees half a topic. ZooKeeper watches on different
+znodes can fire in any order, so a partition state or config znode counts only if it was created
+no earlier than the topic's assignment (same transaction, same zxid): leftovers of a deleted
+topic of the same name are never mixed into its successor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from riverbed.coordination import layout
+from riverbed.coordination.layout import (
+    BrokerRegistration,
+    MalformedZnodeError,
+    PartitionState,
+    TopicAssignment,
+    TopicConfigOverrides,
+)
+from riverbed.coordination.zk import AsyncZooKeeper, NodeStat, WatchHandle, ZkError
+
+log = logging.getLogger(__name__)
+
+# Listeners run synchronously on every change; a broker needs a handful, not an open-ended list.
+LISTENERS_MAX: Final = 64
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMetadata:
+    replicas: tuple[int, ...]
+    leader: int  # layout.NO_LEADER (-1) when none
+    leader_epoch: int
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    name: str
+    topic_id: uuid.UUID
+    partitions: Mapping[int, PartitionMetadata]
+    configs: Mapping[str, str]  # overrides only; see riverbed.configs for effective values
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataChange:
+    """What one update changed; empty fields mean unchanged."""
+
+    brokers_added: frozenset[int] = frozenset()
+    brokers_removed: frozenset[int] = frozenset()
+    topics_added: frozenset[str] = frozenset()
+    topics_removed: tuple[TopicMetadata, ...] = ()  # with their ids, to delete the right logs
+    partitions_changed: frozenset[tuple[str, int]] = frozenset()
+    configs_changed: frozenset[str] = frozenset()
+    controller_changed: bool = False
+
+    def __bool__(self) -> bool:
+        return any(
+            (
+                self.brokers_added,
+                self.brokers_removed,
+                self.topics_added,
+                self.topics_removed,
+                self.partitions_changed,
+                self.configs_changed,
+                self.controller_changed,
+            )
+        )
+
+
+Listener = Callable[[MetadataChange], None]
+
+
+class MetadataCache:
+    """Snapshot reads are plain synchronous methods; all state changes go through `apply_*`."""
+
+    def __init__(self) -> None:
+        self._brokers: dict[int, BrokerRegistration] = {}
+        self._topics: dict[str, TopicMetadata] = {}
+        self._topics_by_id: dict[uuid.UUID, TopicMetadata] = {}
+        self._controller_id: int | None = None
+        self._cluster_id: str | None = None
+        self._listeners: list[Listener] = []
+
+    # ---- reads ------------------------------------------------------------------------------
+
+    @property
+    def controller_id(self) -> int | None:
+        return self._controller_id
+
+    @property
+    def cluster_id(self) -> str | None:
+        return self._cluster_id
+
+    def brokers(self) -> Mapping[int, BrokerRegistration]:
+        return dict(self._brokers)
+
+    def broker(self, broker_id: int) -> BrokerRegistration | None:
+        return self._brokers.get(broker_id)
+
+    def live_broker_ids(self) -> frozenset[int]:
+        return frozenset(self._brokers)
+
+    def topics(self) -> Mapping[str, TopicMetadata]:
+        return dict(self._topics)
+
+    def topic_names(self) -> frozenset[str]:
+        return frozenset(self._topics)
+
+    def topic(self, name: str) -> TopicMetadata | None:
+        return self._topics.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
+        return self._topics_by_id.get(topic_id)
+
+    def partition(self, topic: str, partition: int) -> PartitionMetadata | None:
+        metadata = self._topics.get(topic)
+        return None if metadata is None else metadata.partitions.get(partition)
+
+    # ---- listeners --------------------------------------------------------------------------
+
+    def add_listener(self, listener: Listener) -> None:
+        """`listener(change)` runs on the loop after every change, in order."""
+        if len(self._listeners) >= LISTENERS_MAX:
+            raise RuntimeError(f"more than {LISTENERS_MAX} metadata listeners")
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        self._listeners.remove(listener)
+
+    async def wait_until(self, predicate: Callable[[MetadataCache], bool], timeout_ms: int) -> None:
+        """Return once `predicate(cache)` holds, e.g. after a write, before answering a client
+        whose next request must see it. Raises TimeoutError."""
+        if predicate(self):
+            return
+        reached: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def check(_change: MetadataChange) -> None:
+            if not reached.done() and predicate(self):
+                reached.set_result(None)
+
+        self.add_listener(check)
+        try:
+            await asyncio.wait_for(reached, timeout_ms / 1000)
+        finally:
+            self.remove_listener(check)
+
+    # ---- updates (called by MetadataWatcher, on the loop) -----------------------------------
+
+    def apply_broker(self, broker_id: int, registration: BrokerRegistration | None) -> None:
+        known = broker_id in self._brokers
+        if registration is None:
+            self._brokers.pop(broker_id, None)
+            removed = frozenset({broker_id}) if known else frozenset()
+            self._notify(MetadataChange(brokers_removed=removed))
+            return
+        self._brokers[broker_id] = registration
+        self._notify(MetadataChange(brokers_added=frozenset() if known else frozenset({broker_id})))
+
+    def apply_cluster_id(self, cluster_id: str | None) -> None:
+        self._cluster_id = cluster_id  # set once per cluster: not worth a change event
+
+    def apply_controller(self, controller_id: int | None) -> None:
+        changed = controller_id != self._controller_id
+        self._controller_id = controller_id
+        self._notify(MetadataChange(controller_changed=changed))
+
+    def apply_topic(self, metadata: TopicMetadata) -> None:
+        """Insert or replace a whole topic; the change names exactly what differs."""
+        previous = self._topics.get(metadata.name)
+        if previous == metadata:
+            return
+        if previous is not None and previous.topic_id != metadata.topic_id:
+            self._drop(previous)  # same name, new topic: report a removal and an addition
+            self._store(metadata)
+            self._notify(
+                MetadataChange(topics_removed=(previous,), topics_added=frozenset({metadata.name}))
+            )
+            return
+        self._store(metadata)
+        if previous is None:
+            self._notify(MetadataChange(topics_added=frozenset({metadata.name})))
+            return
+        changed = {
+            (metadata.name, p)
+            for p in set(previous.partitions) | set(metadata.partitions)
+            if previous.partitions.get(p) != metadata.partitions.get(p)
+        }
+        configs = frozenset({metadata.name} if previous.configs != metadata.configs else ())
+        self._notify(MetadataChange(partitions_changed=frozenset(changed), configs_changed=configs))
+
+    def apply_topic_removed(self, name: str) -> None:
+        previous = self._topics.get(name)
+        if previous is not None:
+            self._drop(previous)
+            self._notify(MetadataChange(topics_removed=(previous,)))
+
+    def _store(self, metadata: TopicMetadata) -> None:
+        self._topics[metadata.name] = metadata
+        self._topics_by_id[metadata.topic_id] = metadata
+
+    def _drop(self, metadata: TopicMetadata) -> None:
+        del self._topics[metadata.name]
+        self._topics_by_id.pop(metadata.topic_id, None)
+
+    def _notify(self, change: MetadataChange) -> None:
+        if not change:
+            return
+        for listener in list(self._listeners):
+            try:
+                listener(change)
+            except Exception:  # one faulty listener must not starve the others
+                log.exception("metadata listener %r failed", listener)
+
+
+@dataclass(slots=True)
+class _TopicParts:
+    """What has been read of one topic so far; published to the cache once complete."""
+
+    name: str
+    assignment: TopicAssignment | None = None
+    assignment_zxid: int = 0
+    states: dict[int, tuple[PartitionState, int]] = field(default_factory=dict)  # (state, czxid)
+    configs: tuple[Mapping[str, str], int] | None = None  # (overrides, czxid; 0 if no znode)
+    handles: list[WatchHandle] = field(default_factory=list)
+    watched_partitions: set[int] = field(default_factory=set)
+
+    def complete(self) -> TopicMetadata | None:
+        assignment = self.assignment
+        if assignment is None or self.configs is None:
+            return None
+        overrides, config_zxid = self.configs
+        if config_zxid and config_zxid < self.assignment_zxid:
+            return None  # a predecessor's config; ours is on its way
+        partitions: dict[int, PartitionMetadata] = {}
+        for partition, replicas in assignment.partitions.items():
+            loaded = self.states.get(partition)
+            if loaded is None or loaded[1] < self.assignment_zxid:
+                return None
+            state = loaded[0]
+            partitions[partition] = PartitionMetadata(
+                replicas, state.leader, state.leader_epoch, state.isr
+            )
+        return TopicMetadata(self.name, assignment.topic_id, partitions, dict(overrides))
+
+
+class MetadataWatcher:
+    """Owns the watches on /brokers/ids, /brokers/topics (and each topic's znodes) and
+    /controller, and folds every change into `cache` on the loop."""
+
+    def __init__(self, zk: AsyncZooKeeper, cache: MetadataCache) -> None:
+        self.zk = zk
+        self.cache = cache
+        self._handles: list[WatchHandle] = []
+        self._broker_handles: dict[int, WatchHandle | None] = {}  # None: being set up
+        self._topics: dict[str, _TopicParts] = {}
+        self._pending: set[asyncio.Task[None]] = set()
+        self._stopped = False
+
+    async def start(self) -> None:
+        """Set up the watches; return once the initial full load is in the cache."""
+        for path in (layout.BROKER_IDS_PATH, layout.BROKER_TOPICS_PATH, layout.CONFIG_TOPICS_PATH):
+            await self.zk.ensure_path(path)
+        zk = self.zk
+        self._handles.append(await zk.watch_data(layout.CLUSTER_ID_PATH, self._on_cluster_id))
+        self._handles.append(await zk.watch_data(layout.CONTROLLER_PATH, self._on_controller))
+        self._handles.append(await zk.watch_children(layout.BROKER_IDS_PATH, self._on_brokers))
+        self._handles.append(await zk.watch_children(layout.BROKER_TOPICS_PATH, self._on_topics))
+        await self._drain()
+
+    async def stop(self) -> None:
+        self._stopped = True
+        for handle in self._all_handles():
+            handle.cancel()
+        for task in list(self._pending):
+            task.cancel()
+        await asyncio.gather(*self._pending, return_exceptions=True)
+
+    async def _drain(self) -> None:
+        # Loading one node may schedule more (a topic schedules its partitions): loop until none.
+        while self._pending:
+            await asyncio.gather(*list(self._pending))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._pending.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("metadata watch setup failed", exc_info=task.exception())
+
+    def _all_handles(self) -> Iterable[WatchHandle]:
+        yield from self._handles
+        yield from (handle for handle in self._broker_handles.values() if handle is not None)
+        for parts in self._topics.values():
+            yield from parts.handles
+
+    # ---- cluster, controller and brokers ----------------------------------------------------
+
+    def _on_cluster_id(self, data: bytes | None, _stat: NodeStat | None) -> None:
+        cluster_id = None
+        if data is not None:
+            try:
+                cluster_id = layout.decode_cluster_id(data)
+            except MalformedZnodeError:
+                log.exception("ignoring the cluster id znode")
+        self.cache.apply_cluster_id(cluster_id)
+
+    def _on_controller(self, data: bytes | None, _stat: NodeStat | None) -> None:
+        controller_id = None
+        if data is not None:
+            try:
+                controller_id = layout.decode_controller(data)
+            except MalformedZnodeError:
+                log.exception("ignoring the controller znode")
+        self.cache.apply_controller(controller_id)
+
+    def _on_brokers(self, children: list[str]) -> None:
+        current = {int(child) for child in children if child.isdigit()}
+        for broker_id in current - set(self._broker_handles):
+            self._broker_handles[broker_id] = None
+            self._spawn(self._watch_broker(broker_id))
+        for broker_id in set(self._broker_handles) - current:
+            handle = self._broker_handles.pop(broker_id)
+            if handle is not None:
+                handle.cancel()
+            self.cache.apply_broker(broker_id, None)
+
+    async def _watch_broker(self, broker_id: int) -> None:
+        def on_data(data: bytes | None, _stat: NodeStat | None) -> None:
+            registration = None
+            if data is not None:
+                try:
+                    registration = BrokerRegistration.decode(broker_id, data)
+                except MalformedZnodeError:
+                    log.exception("ignoring broker %d's registration", broker_id)
+            self.cache.apply_broker(broker_id, registration)
+
+        handle = await self.zk.watch_data(layout.broker_path(broker_id), on_data)
+        if self._stopped or broker_id not in self._broker_handles:
+            handle.cancel()  # gone (or stopped) while the watch was being set up
+            return
+        self._broker_handles[broker_id] = handle
+
+    # ---- topics -----------------------------------------------------------------------------
+
+    def _on_topics(self, children: list[str]) -> None:
+        current = set(children)
+        for name in current - set(self._topics):
+            parts = _TopicParts(name)
+            self._topics[name] = parts
+            self._spawn(self._watch_topic(parts))
+        for name in set(self._topics) - current:
+            for handle in self._topics.pop(name).handles:
+                handle.cancel()
+            self.cache.apply_topic_removed(name)
+
+    async def _watch_topic(self, parts: _TopicParts) -> None:
+        name = parts.name
+
+        def on_assignment(data: bytes | None, stat: NodeStat | None) -> None:
+            if data is None or stat is None:
+                parts.assignment = None
+                self.cache.apply_topic_removed(name)
+                return
+            try:
+                parts.assignment = TopicAssignment.decode(name, data)
+            except MalformedZnodeError:
+                log.exception("ignoring topic %r", name)
+                return
+            parts.assignment_zxid = stat.created_zxid
+            for partition in set(parts.assignment.partitions) - parts.watched_partitions:
+                parts.watched_partitions.add(partition)
+                self._spawn(self._watch_partition(parts, partition))
+            self._publish(parts)
+
+        def on_config(data: bytes | None, stat: NodeStat | None) -> None:
+            try:
+                overrides = {} if data is None else TopicConfigOverrides.decode(name, data).config
+            except MalformedZnodeError:
+                log.exception("ignoring the config overrides of topic %r", name)
+                overrides = {}
+            parts.configs = (overrides, 0 if stat is None else stat.created_zxid)
+            self._publish(parts)
+
+        await self._add_topic_watch(parts, layout.topic_config_path(name), on_config)
+        await self._add_topic_watch(parts, layout.topic_path(name), on_assignment)
+
+    async def _watch_partition(self, parts: _TopicParts, partition: int) -> None:
+        path = layout.partition_state_path(parts.name, partition)
+
+        def on_state(data: bytes | None, stat: NodeStat | None) -> None:
+            if data is None or stat is None:
+                parts.states.pop(partition, None)
+                return  # deleted with its topic, or not yet created: the assignment decides
+            try:
+                parts.states[partition] = (PartitionState.decode(path, data), stat.created_zxid)
+            except MalformedZnodeError:
+                log.exception("ignoring the state of %s-%d", parts.name, partition)
+                return
+            self._publish(parts)
+
+        await self._add_topic_watch(parts, path, on_state)
+
+    async def _add_topic_watch(
+        self,
+        parts: _TopicParts,
+        path: str,
+        callback: Callable[[bytes | None, NodeStat | None], None],
+    ) -> None:
+        try:
+            handle = await self.zk.watch_data(path, callback)
+        except ZkError:
+            log.exception("could not watch %s", path)
+            return
+        if self._stopped or self._topics.get(parts.name) is not parts:
+            handle.cancel()  # the topic went away while the watch was being set up
+            return
+        parts.handles.append(handle)
+
+    def _publish(self, parts: _TopicParts) -> None:
+        if self._topics.get(parts.name) is not parts:
+            return
+        metadata = parts.complete()
+        if metadata is not None:
+            self.cache.apply_topic(metadata)

@@ -1,0 +1,634 @@
+"""The local log of one partition: an ordered list of segments in one directory.
+
+Vocabulary (used with exactly these meanings everywhere in riverbed.hot):
+- log_start_offset: the first offset a consumer may read (the first segment's base offset until
+  retention or DeleteRecords move it);
+- log_end_offset (LEO): the offset the next appended record gets, one past the last record;
+- high_watermark (HW): set by the broker once offsets are replicated; offsets below it are
+  committed, and consumer reads never return a batch reaching it. log_start_offset <= HW <= LEO;
+- recovery point: every offset below it is on disk (fsynced, indexes included). After an unclean
+  shutdown only the segments from the one holding the recovery point onward are re-scanned.
+
+Durability of sealed segments: a roll hands the sealed segment's fsync to `flush_executor`
+(LogManager passes a one-thread pool so appends never wait on a 1 GiB fsync); the recovery
+point moves to the new segment's base offset once that fsync is done. Without an executor the
+fsync runs inline during the roll.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import shutil
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from riverbed.hot.fileio import fsync_dir
+from riverbed.hot.segment import (
+    LOG_SUFFIX,
+    NO_TIMESTAMP,
+    SEGMENT_SUFFIXES,
+    LogSegment,
+    RollbackFailedError,
+    TornSegmentError,
+)
+from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.protocol.records import BatchHeader, Record, assign_offsets, decode_batch
+from riverbed.protocol.regions import FileRegion
+
+log = logging.getLogger(__name__)
+
+# Kafka encodes "no limit" for flush.messages / flush.ms as Long.MAX_VALUE.
+KAFKA_LONG_MAX = 2**63 - 1
+DELETED_DIR_SUFFIX = "-delete"
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Per-topic storage settings (Kafka topic config names in `from_topic_config`).
+
+    Values are parsed here, validated by riverbed.configs. flush_messages / flush_ms None means
+    the page cache decides when data reaches the disk (Kafka's default).
+    """
+
+    segment_bytes: int = 1024 * 1024 * 1024
+    segment_ms: int = 7 * 24 * 60 * 60 * 1000
+    index_interval_bytes: int = 4096
+    flush_messages: int | None = None
+    flush_ms: int | None = None
+    max_message_bytes: int = 1048588
+
+    @classmethod
+    def from_topic_config(cls, config: Mapping[str, str]) -> LogConfig:
+        default = cls()
+        return cls(
+            segment_bytes=int(config.get("segment.bytes", default.segment_bytes)),
+            segment_ms=int(config.get("segment.ms", default.segment_ms)),
+            index_interval_bytes=int(
+                config.get("index.interval.bytes", default.index_interval_bytes)
+            ),
+            flush_messages=_optional_limit(config.get("flush.messages")),
+            flush_ms=_optional_limit(config.get("flush.ms")),
+            max_message_bytes=int(config.get("max.message.bytes", default.max_message_bytes)),
+        )
+
+
+def _optional_limit(value: str | None) -> int | None:
+    if value is None or int(value) >= KAFKA_LONG_MAX:
+        return None
+    return int(value)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    first_offset: int
+    last_offset: int
+    # The broker's clock when the batches were written (Kafka's LogAppendTime).
+    append_time_ms: int
+    segment_base_offset: int
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    # Whole batches; the caller owns (and closes) region.fd.
+    region: FileRegion
+    # The base offset of the first batch in the region (<= the fetch offset).
+    first_batch_offset: int
+
+
+class TimestampAndOffset(NamedTuple):
+    offset: int
+    timestamp_ms: int
+
+
+class PartitionLog:
+    """Append, read, recover and truncate one partition's segments.
+
+    Invariants: segments are sorted by base offset and their offset ranges do not overlap; only
+    the last (active) segment is appended to; log_start_offset <= high_watermark <=
+    log_end_offset; the recovery point never exceeds log_end_offset. Not thread-safe: one owner
+    thread calls it, except that a background fsync may advance the recovery point.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        segments: list[LogSegment],
+        now_ms: Callable[[], int],
+        flush_executor: Executor | None,
+    ) -> None:
+        self._directory = directory
+        self.config = config
+        self._segments = segments
+        self._now_ms = now_ms
+        self._flush_executor = flush_executor
+        self._pending_syncs: list[Future[None]] = []
+        self._recovery_point = 0
+        self._recovery_point_lock = threading.Lock()
+        self._high_watermark = segments[0].base_offset
+        # (HW, segment, position of the first batch reaching the HW in it): see _end_position.
+        self._hw_position: tuple[int, LogSegment, int] | None = None
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms()
+        self._closed = False
+        # Set when a failed write could not be undone: the files no longer match our state.
+        self._offline_reason: str | None = None
+        # How many segments the last open re-scanned (0 after a clean shutdown).
+        self.recovered_segments = 0
+
+    # -- opening and recovery ------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        recovery_point: int | None,
+        now_ms: Callable[[], int],
+        flush_executor: Executor | None = None,
+    ) -> PartitionLog:
+        """Open (or create) the log in `directory`.
+
+        Startup cost does not grow with the log: files are listed, and only the active segment's
+        index tail is read to find the LEO. If `recovery_point` is None (unknown) or data exists
+        above it, the segments from the one holding it onward are re-scanned (`_recover`).
+        """
+        directory.mkdir(parents=True, exist_ok=True)
+        segments = _open_segments(directory, config)
+        if not segments:
+            segments = [LogSegment.create(directory, 0, config.index_interval_bytes)]
+            fsync_dir(directory)
+        for segment in segments[:-1]:
+            segment.sealed = True
+        partition_log = cls(directory, config, segments, now_ms, flush_executor)
+        partition_log._load(recovery_point)
+        return partition_log
+
+    def _load(self, recovery_point: int | None) -> None:
+        active = self._active
+        if recovery_point is None:
+            self._recover(0)
+        else:
+            try:
+                active.load_tail()
+                needs_recovery = self.log_end_offset > recovery_point
+            except TornSegmentError as error:
+                log.warning("%s: %s", self, error)
+                needs_recovery = True
+            if needs_recovery:
+                self._recover(self._segment_slot(recovery_point))
+            else:
+                self._recovery_point = min(recovery_point, self.log_end_offset)
+        first_timestamp = self._active.first_batch_timestamp()
+        if first_timestamp is not None:
+            # segment.ms counts from the first batch, as in Kafka; a timestamp from the future
+            # or none at all counts from now.
+            now = self._now_ms()
+            self._active.roll_base_ms = now if first_timestamp < 0 else min(first_timestamp, now)
+
+    def _recover(self, first_slot: int) -> None:
+        """Re-scan segments from `first_slot` on; cut at the first invalid batch and delete
+        every segment after it. Recovered segments are fsynced: the recovery point is the LEO."""
+        cut_bytes = 0
+        slot = first_slot
+        for slot in range(first_slot, len(self._segments)):
+            segment = self._segments[slot]
+            cut_bytes = segment.recover()
+            self.recovered_segments += 1
+            if cut_bytes:
+                break
+        dropped = self._segments[slot + 1 :]
+        del self._segments[slot + 1 :]
+        for segment in dropped:
+            cut_bytes += segment.size
+            segment.delete()
+        if cut_bytes:
+            log.warning(
+                "%s: cut %d bytes of torn or corrupt data after offset %d (%d segments dropped)",
+                self,
+                cut_bytes,
+                self.log_end_offset,
+                len(dropped),
+            )
+        self._active.sealed = False
+        for segment in self._segments[first_slot:]:
+            segment.flush()
+        fsync_dir(self._directory)
+        self._recovery_point = self.log_end_offset
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    @property
+    def directory(self) -> Path:
+        return self._directory
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        next_offset = self._active.next_offset
+        if next_offset is None:
+            raise RuntimeError(f"{self}: the active segment's next offset is unknown")
+        return next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        with self._recovery_point_lock:
+            return self._recovery_point
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size for segment in self._segments)
+
+    def update_high_watermark(self, offset: int) -> None:
+        if not self._high_watermark <= offset <= self.log_end_offset:
+            raise ValueError(
+                f"{self}: high watermark {offset} must lie in "
+                f"[{self._high_watermark} (current), {self.log_end_offset} (log end)]"
+            )
+        self._high_watermark = offset
+
+    def update_config(self, config: LogConfig) -> None:
+        """Apply changed topic configs; they take effect from the next append or roll."""
+        self.config = config
+        for segment in self._segments:
+            segment.index_interval_bytes = config.index_interval_bytes
+
+    @property
+    def _active(self) -> LogSegment:
+        return self._segments[-1]
+
+    def _segment_slot(self, offset: int) -> int:
+        """The slot of the segment that holds `offset` (the first one for offsets below it)."""
+        slot = bisect.bisect_right(self._segments, offset, key=lambda s: s.base_offset) - 1
+        return max(slot, 0)
+
+    # -- appending -----------------------------------------------------------------------------
+
+    def append(
+        self, records: memoryview, headers: list[BatchHeader], leader_epoch: int
+    ) -> AppendResult:
+        """Assign offsets to already-validated batches (in place) and write them.
+
+        Raises KafkaError(KAFKA_STORAGE_ERROR) if the disk refuses the write; the log is then
+        exactly as before and stays usable.
+        """
+        self._check_usable()
+        if not headers:
+            raise ValueError(f"{self}: nothing to append")
+        first_offset = self.log_end_offset
+        headers = assign_offsets(records, headers, first_offset, leader_epoch)
+        _check_consecutive(headers, first_offset)
+        now = self._now_ms()
+        last_offset = headers[-1].last_offset
+        segment = self._active
+        if self._should_roll(segment, len(records), last_offset, now):
+            segment = self._roll()
+        try:
+            position = segment.append(records, headers)
+        except RollbackFailedError as error:
+            self._offline_reason = str(error)
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: {error}") from error
+        except OSError as error:
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: append failed: {error}"
+            ) from error
+        if segment.roll_base_ms is None:
+            segment.roll_base_ms = now
+        self._unflushed_messages += sum(header.records_count for header in headers)
+        flush_messages = self.config.flush_messages
+        if flush_messages is not None and self._unflushed_messages >= flush_messages:
+            self.flush()
+        else:
+            self.flush_if_due()
+        return AppendResult(first_offset, last_offset, now, segment.base_offset, position)
+
+    def _should_roll(self, segment: LogSegment, size: int, last_offset: int, now: int) -> bool:
+        if segment.size == 0:
+            return False
+        config = self.config
+        return (
+            segment.size + size > config.segment_bytes
+            or (segment.roll_base_ms is not None and now - segment.roll_base_ms > config.segment_ms)
+            or segment.offset_index.is_full
+            or segment.time_index.is_full
+            or not segment.fits(last_offset, size)
+        )
+
+    def _roll(self) -> LogSegment:
+        """Start a new active segment at the LEO; the sealed one is made durable in the
+        background (see the module docstring)."""
+        sealed = self._active
+        base_offset = self.log_end_offset
+        try:
+            new = LogSegment.create(self._directory, base_offset, self.config.index_interval_bytes)
+        except OSError as error:
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: roll failed: {error}"
+            ) from error
+        try:
+            sealed.seal()
+        except OSError as error:
+            new.delete()
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: roll failed: {error}"
+            ) from error
+        self._segments.append(new)
+        self._make_durable(sealed, base_offset)
+        log.debug("%s: rolled to a new segment at offset %d", self, base_offset)
+        return new
+
+    def _make_durable(self, sealed: LogSegment, next_base_offset: int) -> None:
+        fds = sealed.dup_fds()
+        directory = self._directory
+
+        def fsync_sealed() -> None:
+            try:
+                for fd in fds:
+                    os.fsync(fd)
+                fsync_dir(directory)  # the new segment's files must survive a crash too
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            self._advance_recovery_point(sealed.base_offset, next_base_offset)
+
+        if self._flush_executor is None:
+            fsync_sealed()
+            return
+        self._pending_syncs = [sync for sync in self._pending_syncs if not sync.done()]
+        self._pending_syncs.append(self._flush_executor.submit(fsync_sealed))
+
+    def _advance_recovery_point(self, durable_from: int, durable_to: int) -> None:
+        """Offsets [durable_from, durable_to) are on disk: move the recovery point if that
+        range joins it (a sync finishing out of order must not skip an unsynced segment)."""
+        with self._recovery_point_lock:
+            if self._recovery_point >= durable_from:
+                self._recovery_point = max(self._recovery_point, durable_to)
+
+    def _wait_for_syncs(self) -> None:
+        pending, self._pending_syncs = self._pending_syncs, []
+        for sync in pending:
+            error = sync.exception()
+            if error is not None:
+                log.error("%s: background fsync of a sealed segment failed: %s", self, error)
+
+    # -- flushing ------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync every segment holding offsets above the recovery point (data, then indexes);
+        the recovery point becomes the LEO."""
+        self._check_usable()
+        end_offset = self.log_end_offset
+        try:
+            for segment in self._segments[self._segment_slot(self.recovery_point) :]:
+                segment.flush()
+            fsync_dir(self._directory)
+        except OSError as error:
+            # After a failed fsync the page cache may have dropped the dirty data (Linux): the
+            # files cannot be trusted any more.
+            self._offline_reason = f"fsync failed: {error}"
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: {error}") from error
+        self._advance_recovery_point(self.recovery_point, end_offset)
+        self._unflushed_messages = 0
+        self._last_flush_ms = self._now_ms()
+
+    def flush_if_due(self) -> bool:
+        """Flush if flush.ms has passed since the last flush and there is unflushed data."""
+        flush_ms = self.config.flush_ms
+        if (
+            flush_ms is None
+            or self._unflushed_messages == 0
+            or self._now_ms() - self._last_flush_ms < flush_ms
+        ):
+            return False
+        self.flush()
+        return True
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def read(
+        self, fetch_offset: int, max_bytes: int, max_offset: int, *, min_one_batch: bool = True
+    ) -> ReadResult | None:
+        """Whole batches from one segment, starting with the batch holding `fetch_offset`.
+
+        At most `max_bytes`, except that one whole batch is returned even if larger when
+        `min_one_batch` (KIP-74); never a batch whose last offset is >= `max_offset` (the HW
+        for consumers). None when there is nothing to return. Raises
+        KafkaError(OFFSET_OUT_OF_RANGE) outside [log_start_offset, log_end_offset].
+        """
+        self._check_usable()
+        if not self.log_start_offset <= fetch_offset <= self.log_end_offset:
+            raise KafkaError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"{self}: offset {fetch_offset} is outside "
+                f"[{self.log_start_offset}, {self.log_end_offset}]",
+            )
+        if fetch_offset >= max_offset:
+            return None
+        # Offsets can be missing from a segment's end (a cut after corruption): move on.
+        for slot in range(self._segment_slot(fetch_offset), len(self._segments)):
+            segment = self._segments[slot]
+            found = segment.find_batch(fetch_offset)
+            if found is None:
+                continue
+            start, header = found
+            if header.last_offset >= max_offset:
+                return None
+            limit = self._end_position(slot, max_offset)
+            end = limit
+            if limit - start > max_bytes:
+                end = segment.boundary_at_or_before(start, start + max_bytes)
+            if end == start:
+                if not min_one_batch:
+                    return None
+                end = start + header.size_bytes
+            region = FileRegion(os.dup(segment.fd), start, end - start)
+            return ReadResult(region, header.base_offset)
+        return None
+
+    def _end_position(self, slot: int, max_offset: int) -> int:
+        """The position in segment `slot` where batches reaching `max_offset` begin.
+
+        O(1) for the common bounds (the LEO, a later segment); the HW's position is computed
+        once per HW and cached, since every consumer fetch is bounded by it.
+        """
+        segment = self._segments[slot]
+        is_last = slot + 1 == len(self._segments)
+        if max_offset >= self.log_end_offset or (
+            not is_last and self._segments[slot + 1].base_offset <= max_offset
+        ):
+            return segment.size
+        cached = self._hw_position
+        if cached is not None and cached[0] == max_offset and cached[1] is segment:
+            return cached[2]
+        found = segment.find_batch(max_offset)
+        position = segment.size if found is None else found[0]
+        if max_offset == self._high_watermark:
+            self._hw_position = (max_offset, segment, position)
+        return position
+
+    # -- timestamps ----------------------------------------------------------------------------
+
+    def offset_for_timestamp(self, target_ms: int) -> TimestampAndOffset | None:
+        """The earliest record whose timestamp is >= `target_ms` (ListOffsets by time)."""
+        self._check_usable()
+        for segment in self._segments:
+            if segment.max_timestamp[0] < target_ms:
+                continue
+            start_offset = segment.time_index_lookup(target_ms)
+            found = segment.find_batch(start_offset)
+            if found is None:
+                continue
+            for position, header in segment.scan(found[0]):
+                if header.max_timestamp >= target_ms:
+                    record = _first_record(
+                        segment.read_batch(position, header),
+                        lambda r: r.timestamp_ms >= target_ms,
+                    )
+                    if record is not None:
+                        return TimestampAndOffset(record.offset, record.timestamp_ms)
+        return None
+
+    def max_timestamp_offset(self) -> TimestampAndOffset | None:
+        """The record with the largest timestamp (the earliest such), for ListOffsets -3."""
+        self._check_usable()
+        best: tuple[int, int, LogSegment] | None = None
+        for segment in self._segments:
+            timestamp_ms, offset = segment.max_timestamp
+            if timestamp_ms != NO_TIMESTAMP and (best is None or timestamp_ms > best[0]):
+                best = (timestamp_ms, offset, segment)
+        if best is None:
+            return None
+        timestamp_ms, offset, segment = best
+        found = segment.find_batch(offset)
+        if found is None:
+            return None
+        position, header = found
+        record = _first_record(
+            segment.read_batch(position, header), lambda r: r.timestamp_ms == timestamp_ms
+        )
+        return None if record is None else TimestampAndOffset(record.offset, timestamp_ms)
+
+    # -- truncation and lifecycle --------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch with offsets >= `offset` (a batch straddling it goes whole, so the
+        LEO may end below `offset`). Below log_start_offset the log restarts empty at `offset`.
+        """
+        self._check_usable()
+        if offset >= self.log_end_offset:
+            return
+        self._wait_for_syncs()
+        if offset < self.log_start_offset:
+            for segment in self._segments:
+                segment.delete()
+            self._segments = [
+                LogSegment.create(self._directory, offset, self.config.index_interval_bytes)
+            ]
+        else:
+            while self._active.base_offset > offset:
+                self._segments.pop().delete()
+            self._active.truncate_to(offset)
+            self._active.flush()
+        fsync_dir(self._directory)
+        end_offset = self.log_end_offset
+        self._high_watermark = min(self._high_watermark, end_offset)
+        self._hw_position = None
+        with self._recovery_point_lock:
+            self._recovery_point = min(self._recovery_point, end_offset)
+        if self._active.size == 0:
+            self._active.roll_base_ms = None
+        log.info("%s: truncated to offset %d", self, end_offset)
+
+    def close(self) -> None:
+        """Flush and close; the recovery point is then the LEO, for the owner to checkpoint."""
+        if self._closed:
+            return
+        try:
+            if self._offline_reason is None:
+                self.flush()
+        finally:
+            self._close_files()
+
+    def delete(self) -> None:
+        """Close without flushing and remove the directory (renamed first, so a crash midway
+        leaves a `-delete` directory the LogManager finishes removing, never half a log)."""
+        self._close_files()
+        doomed = self._directory.with_name(
+            f"{self._directory.name}.{uuid.uuid4().hex}{DELETED_DIR_SUFFIX}"
+        )
+        os.rename(self._directory, doomed)
+        fsync_dir(self._directory.parent)
+        shutil.rmtree(doomed)
+
+    def _close_files(self) -> None:
+        self._closed = True
+        self._wait_for_syncs()
+        for segment in self._segments:
+            segment.close()
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self} is closed")
+        if self._offline_reason is not None:
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"{self} is offline: {self._offline_reason}"
+            )
+
+    def __str__(self) -> str:
+        return f"log {self._directory.name}"
+
+
+def _open_segments(directory: Path, config: LogConfig) -> list[LogSegment]:
+    """Open every segment in `directory`, sorted; index files without a .log are removed."""
+    base_offsets = set()
+    orphans = []
+    for path in directory.iterdir():
+        stem, suffix = path.stem, path.suffix
+        if suffix not in SEGMENT_SUFFIXES or not stem.isdigit():
+            continue
+        if suffix == LOG_SUFFIX:
+            base_offsets.add(int(stem))
+        elif not path.with_suffix(LOG_SUFFIX).exists():
+            orphans.append(path)
+    for path in orphans:
+        log.warning("removing %s: its segment's .log file is gone", path)
+        path.unlink()
+    return [
+        LogSegment(directory, base_offset, config.index_interval_bytes)
+        for base_offset in sorted(base_offsets)
+    ]
+
+
+def _check_consecutive(headers: list[BatchHeader], first_offset: int) -> None:
+    """Offsets must run on without gaps from the LEO: checked after assignment, before any
+    byte reaches the disk."""
+    expected = first_offset
+    for header in headers:
+        if header.base_offset != expected or header.last_offset_delta < 0:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                f"batch offsets {header.base_offset}..{header.last_offset} "
+                f"do not follow {expected}",
+            )
+        expected = header.last_offset + 1
+
+
+def _first_record(batch: bytes, wanted: Callable[[Record], bool]) -> Record | None:
+    _, records = decode_batch(batch)
+    return next((record for record in records if wanted(record)), None)

@@ -1,0 +1,1 @@
+from tests.support.zookeeper import zk_chroot, zookeeper  # noqa: F401

@@ -1,0 +1,197 @@
+"""AsyncZooKeeper against a real ZooKeeper: calls, transactions, watches and reconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+from riverbed.coordination.embedded_zk import EmbeddedZooKeeper
+from riverbed.coordination.zk import (
+    AsyncZooKeeper,
+    BadVersionError,
+    CheckOp,
+    ConnectionState,
+    CreateOp,
+    DeleteOp,
+    NodeExistsError,
+    NodeStat,
+    NoNodeError,
+    NotEmptyError,
+    SetOp,
+    ZkConnectionError,
+)
+
+from tests.support.zookeeper import expire_session, new_test_server
+
+WAIT_S = 10.0
+
+
+@pytest.fixture
+async def zk(zk_chroot: str) -> AsyncIterator[AsyncZooKeeper]:
+    async with AsyncZooKeeper(zk_chroot, session_timeout_ms=4000) as client:
+        yield client
+
+
+async def eventually(condition: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.01)
+
+
+class LoopLagProbe:
+    """Ticks every 10 ms on the loop; a blocking call anywhere on the loop shows as lag."""
+
+    def __init__(self) -> None:
+        self.lag_s_max = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> LoopLagProbe:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+    async def _run(self) -> None:
+        while True:
+            before = time.monotonic()
+            await asyncio.sleep(0.01)
+            self.lag_s_max = max(self.lag_s_max, time.monotonic() - before - 0.01)
+
+
+async def test_calls_and_errors(zk: AsyncZooKeeper, zk_chroot: str) -> None:
+    assert await zk.create("/a/b/c", b"1", makepath=True) == "/a/b/c"
+    data, stat = await zk.get("/a/b/c")
+    assert (data, stat.version) == (b"1", 0)
+    assert (await zk.set("/a/b/c", b"2", version=0)).version == 1
+    with pytest.raises(BadVersionError) as bad_version:
+        await zk.set("/a/b/c", b"3", version=0)
+    assert bad_version.value.path == "/a/b/c"
+    with pytest.raises(NodeExistsError):
+        await zk.create("/a/b/c")
+    with pytest.raises(NoNodeError):
+        await zk.get("/missing")
+    with pytest.raises(NotEmptyError):
+        await zk.delete("/a")
+    sequential = await zk.create("/a/seq-", sequence=True)
+    assert sequential.startswith("/a/seq-") and len(sequential) == len("/a/seq-") + 10
+    assert sorted(await zk.get_children("/a")) == ["b", sequential.rsplit("/", 1)[1]]
+    await zk.ensure_path("/a/b/c")  # exists already: fine
+    await zk.delete("/a", recursive=True)
+    assert await zk.exists("/a") is None
+
+    # The chroot was created, and everything above lives under it.
+    async with AsyncZooKeeper(zk_chroot.split("/", 1)[0]) as root:
+        assert await root.exists("/" + zk_chroot.split("/", 1)[1]) is not None
+
+
+async def test_transaction_is_atomic(zk: AsyncZooKeeper) -> None:
+    await zk.create("/x", b"0")
+    results = await zk.transaction(
+        [CheckOp("/x", 0), CreateOp("/y", b"y"), SetOp("/x", b"1"), DeleteOp("/y")]
+    )
+    assert results[0] is True and results[1] == "/y" and results[3] is True
+    assert isinstance(results[2], NodeStat) and results[2].version == 1
+    with pytest.raises(NodeExistsError) as caught:
+        await zk.transaction([CreateOp("/z"), SetOp("/x", b"2"), CreateOp("/x")])
+    assert caught.value.path == "/x"
+    assert await zk.exists("/z") is None  # rolled back
+    assert (await zk.get("/x"))[0] == b"1"
+
+
+async def test_watches_run_on_the_loop_thread(zk: AsyncZooKeeper) -> None:
+    loop_thread = threading.get_ident()
+    await zk.ensure_path("/w")
+    children_seen: list[tuple[list[str], int]] = []
+    data_seen: list[tuple[bytes | None, int]] = []
+    children = await zk.watch_children(
+        "/w", lambda c: children_seen.append((c, threading.get_ident()))
+    )
+    await zk.watch_data("/w/d", lambda d, _s: data_seen.append((d, threading.get_ident())))
+    # The initial callback has run by the time the watch call returns.
+    assert children_seen == [([], loop_thread)] and data_seen == [(None, loop_thread)]
+
+    async with LoopLagProbe() as probe:
+        await zk.create("/w/d", b"1")
+        await zk.set("/w/d", b"2")
+        await zk.create("/w/e", ephemeral=True)
+        await eventually(lambda: children_seen[-1][0] == ["d", "e"] and data_seen[-1][0] == b"2")
+    # Watches are one-shot and re-armed by a read, so quick successive changes may coalesce:
+    # only the first and the latest values are certain.
+    assert children_seen[-1][0] == ["d", "e"] and data_seen[-1][0] == b"2"
+    assert {thread for _, thread in children_seen + data_seen} == {loop_thread}
+    assert probe.lag_s_max < 0.5
+
+    children.cancel()
+    seen_before = len(children_seen)
+    await zk.delete("/w/e")
+    await asyncio.sleep(0.2)
+    assert len(children_seen) == seen_before
+    with pytest.raises(NoNodeError):
+        await zk.watch_children("/nowhere", lambda c: None)
+
+
+async def test_connect_timeout_is_clear() -> None:
+    client = AsyncZooKeeper("127.0.0.1:1", connect_timeout_ms=300)
+    with pytest.raises(ZkConnectionError, match=r"127.0.0.1:1 within 300 ms"):
+        await client.start()
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[EmbeddedZooKeeper]:
+    with new_test_server(tmp_path) as server:
+        yield server
+
+
+async def test_reconnects_after_restart_without_blocking_the_loop(
+    own_server: EmbeddedZooKeeper,
+) -> None:
+    states: list[ConnectionState] = []
+    async with AsyncZooKeeper(own_server.connect_string + "/r", session_timeout_ms=10_000) as zk:
+        zk.add_state_listener(states.append)
+        await zk.ensure_path("/topics")
+        seen: list[list[str]] = []
+        await zk.watch_children("/topics", seen.append)
+
+        async with LoopLagProbe() as probe:
+            await asyncio.to_thread(own_server.stop)
+            await eventually(lambda: zk.state is ConnectionState.SUSPENDED)
+            # A call made while ZooKeeper is down waits without blocking the loop...
+            pending = asyncio.create_task(zk.create("/topics/during-outage"))
+            await asyncio.sleep(1.0)
+            assert not pending.done()
+            await asyncio.to_thread(own_server.start)
+            # ...and completes once the client is back (same session: it is resumed).
+            assert await asyncio.wait_for(pending, WAIT_S) == "/topics/during-outage"
+        assert probe.lag_s_max < 0.5
+
+        await zk.create("/topics/after")
+        await eventually(lambda: bool(seen) and seen[-1] == ["after", "during-outage"])
+        assert states[:2] == [ConnectionState.SUSPENDED, ConnectionState.RECONNECTED]
+
+
+async def test_new_session_after_expiry_rearms_watches(zk_chroot: str) -> None:
+    states: list[ConnectionState] = []
+    async with AsyncZooKeeper(zk_chroot, session_timeout_ms=4000) as zk:
+        zk.add_state_listener(states.append)
+        await zk.ensure_path("/s")
+        await zk.create("/s/mine", ephemeral=True)
+        seen: list[list[str]] = []
+        await zk.watch_children("/s", seen.append)
+        first_session = zk.session_id
+
+        await expire_session(zk)
+        await eventually(lambda: ConnectionState.LOST in states)
+        await eventually(lambda: zk.state is ConnectionState.CONNECTED)
+        assert zk.session_id != first_session
+        assert states[-2:] == [ConnectionState.LOST, ConnectionState.CONNECTED]
+        await eventually(lambda: bool(seen) and seen[-1] == [])  # our ephemeral went
+        await zk.create("/s/again", ephemeral=True)
+        await eventually(lambda: seen[-1] == ["again"])

@@ -1,0 +1,82 @@
+"""Znode JSON codecs (strict), topic names and replica assignment: no ZooKeeper needed."""
+
+import random
+import uuid
+from collections import Counter
+
+import pytest
+from riverbed.coordination import layout
+from riverbed.coordination.assignment import assign_replicas
+from riverbed.coordination.layout import (
+    BrokerRegistration,
+    MalformedZnodeError,
+    PartitionState,
+    TopicAssignment,
+    TopicConfigOverrides,
+)
+
+
+def test_round_trips() -> None:
+    broker = BrokerRegistration(3, "127.0.0.1", 9092, rack="r1", timestamp_ms=17)
+    assert BrokerRegistration.decode(3, broker.encode()) == BrokerRegistration(
+        3, "127.0.0.1", 9092, ("PLAINTEXT://127.0.0.1:9092",), "r1", 17
+    )
+    assignment = TopicAssignment(uuid.uuid4(), {0: (1, 2), 1: (2, 1)})
+    assert TopicAssignment.decode("t", assignment.encode()) == assignment
+    state = PartitionState(leader=2, leader_epoch=5, isr=(2, 1), controller_epoch=3)
+    assert PartitionState.decode("/p", state.encode()) == state
+    overrides = TopicConfigOverrides({"retention.ms": "5"})
+    assert TopicConfigOverrides.decode("t", overrides.encode()) == overrides
+    assert layout.decode_controller(layout.encode_controller(4, 99)) == 4
+    assert layout.decode_controller_epoch(layout.encode_controller_epoch(12)) == 12
+    topic_id = uuid.uuid4()
+    assert len(layout.encode_uuid(topic_id)) == 22
+    assert layout.decode_uuid(layout.encode_uuid(topic_id)) == topic_id
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        (b"not json", "not JSON"),
+        (b"[]", "expected a JSON object"),
+        (b'{"version":1,"leader":"1","leader_epoch":0,"isr":[1],"controller_epoch":0}', "'leader'"),
+        (b'{"version":1,"leader":1,"leader_epoch":0,"isr":[true],"controller_epoch":0}', "'isr'"),
+        (b'{"version":1,"leader":1,"isr":[1],"controller_epoch":0}', "'leader_epoch'"),
+    ],
+)
+def test_malformed_partition_state_names_path_and_field(data: bytes, fragment: str) -> None:
+    with pytest.raises(MalformedZnodeError, match=fragment) as caught:
+        PartitionState.decode("/brokers/topics/t/partitions/0/state", data)
+    assert "/brokers/topics/t/partitions/0/state" in str(caught.value)
+
+
+def test_malformed_assignment_and_registration() -> None:
+    good_id = layout.encode_uuid(uuid.uuid4())
+    with pytest.raises(MalformedZnodeError, match=r"numbered 0\.\.n-1"):
+        TopicAssignment.decode("t", b'{"topic_id":"%s","partitions":{"1":[1]}}' % good_id.encode())
+    with pytest.raises(MalformedZnodeError, match="base64url"):
+        TopicAssignment.decode("t", b'{"topic_id":"nope","partitions":{"0":[1]}}')
+    with pytest.raises(MalformedZnodeError, match=r"/brokers/ids/1: .*port"):
+        BrokerRegistration.decode(1, b'{"host":"h","port":0,"endpoints":[],"timestamp":"1"}')
+
+
+@pytest.mark.parametrize(
+    ("name", "legal"),
+    [("orders", True), ("a.b_c-D9", True), ("x" * 249, True), ("x" * 250, False),
+     ("", False), (".", False), ("..", False), ("a/b", False), ("a b", False), ("ü", False)],
+)  # fmt: skip
+def test_topic_name_rule(name: str, legal: bool) -> None:
+    assert (layout.topic_name_error(name) is None) is legal
+
+
+def test_assignment_spreads_leaders_and_replicas() -> None:
+    for seed in range(20):
+        assignment = assign_replicas([3, 1, 2], 6, 2, random.Random(seed))
+        assert sorted(assignment) == list(range(6))
+        assert all(len(set(replicas)) == 2 for replicas in assignment.values())
+        leaders = Counter(replicas[0] for replicas in assignment.values())
+        assert leaders == {1: 2, 2: 2, 3: 2}
+        followers = Counter(replicas[1] for replicas in assignment.values())
+        assert followers == {1: 2, 2: 2, 3: 2}
+    with pytest.raises(ValueError, match="replication factor 4"):
+        assign_replicas([1, 2, 3], 1, 4)

@@ -1,0 +1,68 @@
+"""Real-ZooKeeper fixtures: one server per test process, one chroot per test.
+
+Re-export from a conftest.py:
+
+    from tests.support.zookeeper import zk_chroot, zookeeper  # noqa: F401
+
+The server is cached at module level, so importing these fixtures into several conftest files
+still starts a single server. Tests that stop ZooKeeper must start their own EmbeddedZooKeeper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+from riverbed.coordination.embedded_zk import EmbeddedZooKeeper, require_available
+from riverbed.coordination.zk import AsyncZooKeeper
+
+# Short ticks make session expiry tests fast (the minimum session timeout is two ticks).
+TEST_TICK_TIME_MS = 100
+
+_server: EmbeddedZooKeeper | None = None
+
+
+def new_test_server(data_dir: Path) -> EmbeddedZooKeeper:
+    """A server configured for tests (short ticks, no fsync); not yet started."""
+    return EmbeddedZooKeeper(data_dir, tick_time_ms=TEST_TICK_TIME_MS, fsync=False)
+
+
+def shared_server() -> EmbeddedZooKeeper:
+    global _server
+    if _server is None or not _server.running:
+        require_available()  # a clear "run make setup" rather than a Java stack trace
+        _server = new_test_server(Path(tempfile.mkdtemp(prefix="riverbed-zk-")))
+        _server.start()  # stopped by embedded_zk's atexit hook
+    return _server
+
+
+@pytest.fixture(scope="session")
+def zookeeper() -> EmbeddedZooKeeper:
+    """The test process's ZooKeeper server (started on first use)."""
+    return shared_server()
+
+
+@pytest.fixture
+def zk_chroot(zookeeper: EmbeddedZooKeeper) -> str:
+    """A connect string with a fresh chroot, so tests sharing the server never see each other."""
+    return f"{zookeeper.connect_string}/test-{uuid.uuid4().hex[:12]}"
+
+
+async def expire_session(zk: AsyncZooKeeper) -> None:
+    """End `zk`'s session from outside, as ZooKeeper's own tests do: a second client joins the
+    session with its id and password and closes it. `zk` then sees LOST and a new session."""
+    client_id = zk._client.client_id if zk._client is not None else None  # test-only access
+    if client_id is None:
+        raise RuntimeError("the client has no session to expire")
+
+    def close_twin() -> None:
+        twin = KazooClient(hosts=zk.servers, client_id=client_id)
+        twin.start(timeout=10)
+        twin.stop()
+        twin.close()
+
+    await asyncio.to_thread(close_twin)
