@@ -1,8 +1,5 @@
-"""Fixtures shared by the interop tests: unique topic names and one driver per client library.
-
-The `broker`, `broker_factory` and `zk_connect` fixtures come from tests/support (re-exported by
-tests/conftest.py).
-"""
+"""Fixtures for the interop tests: unique topic names (`broker`, `broker_factory` and
+`zk_connect` come from tests/conftest.py)."""
 
 from __future__ import annotations
 

@@ -10,8 +10,9 @@ import random
 import time
 
 import pytest
-from interop.disk import read_partition
-from interop.drivers import (
+
+from tests.interop.disk import read_partition
+from tests.interop.drivers import (
     DRIVERS,
     ERROR_UNKNOWN_TOPIC_OR_PARTITION,
     OPERATION_TIMEOUT_S,
@@ -19,7 +20,7 @@ from interop.drivers import (
     Message,
     ProduceFailedError,
 )
-from support.broker import BrokerFactory, BrokerProcess
+from tests.support.broker import BrokerFactory, BrokerProcess
 
 ERROR_TOPIC_ALREADY_EXISTS = 36
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}

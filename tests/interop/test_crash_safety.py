@@ -9,9 +9,10 @@ from collections.abc import Callable
 
 import confluent_kafka
 from confluent_kafka import KafkaError
-from interop.disk import read_batches, read_partition
-from interop.drivers import ConfluentKafka, Message
-from support.broker import BrokerProcess
+
+from tests.interop.disk import read_batches, read_partition
+from tests.interop.drivers import ConfluentKafka, Message
+from tests.support.broker import BrokerProcess
 
 ACKED_BEFORE_KILL_MIN = 2_000
 PRODUCE_PHASE_TIMEOUT_S = 30.0

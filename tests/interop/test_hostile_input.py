@@ -12,9 +12,10 @@ from collections.abc import Iterator
 
 import confluent_kafka
 import pytest
-from interop import wire
-from interop.drivers import ConfluentKafka
-from support.broker import BrokerFactory, BrokerProcess
+
+from tests.interop import wire
+from tests.interop.drivers import ConfluentKafka
+from tests.support.broker import BrokerFactory, BrokerProcess
 
 MIB = 1 << 20
 RSS_GROWTH_BYTES_MAX = 50 * MIB

@@ -8,8 +8,8 @@ import re
 import subprocess
 from typing import Any
 
-from interop.drivers import ConfluentKafka
-from support.broker import BrokerProcess
+from tests.interop.drivers import ConfluentKafka
+from tests.support.broker import BrokerProcess
 
 KCAT = "/usr/bin/kcat"
 KCAT_TIMEOUT_S = 120.0  # 100k lines each way take a few seconds; this only catches a hang

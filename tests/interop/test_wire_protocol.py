@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-from interop import wire
-from interop.drivers import ConfluentKafka
-from support.broker import BrokerProcess
+from tests.interop import wire
+from tests.interop.drivers import ConfluentKafka
+from tests.support.broker import BrokerProcess
 
 # The APIs every client in tests/interop needs; each must be advertised.
 REQUIRED_API_KEYS = {0, 1, 2, 3, 18, 19, 20}
