@@ -36,10 +36,11 @@ $(STAMPS)/debian-run:
 	fi
 	@touch $@
 
-# Tools the tests and benchmarks drive: kcat (librdkafka) and redis-server (benchmark baseline).
+# Tools the tests and benchmarks drive: kcat (librdkafka), redis-server (benchmark baseline) and
+# strace (proves fetches use sendfile).
 $(STAMPS)/debian-test: $(STAMPS)/debian-run
-	@if ! dpkg -s kcat redis-server redis-tools >/dev/null 2>&1; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat redis-server redis-tools; \
+	@if ! dpkg -s kcat redis-server redis-tools strace >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat redis-server redis-tools strace; \
 	fi
 	@touch $@
 

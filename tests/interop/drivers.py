@@ -120,6 +120,10 @@ def _as_bytes(value: str | bytes | None) -> bytes | None:
     return value.encode() if isinstance(value, str) else value
 
 
+def _has_key_or_value(message: Message) -> bool:
+    return message.key is not None or message.value is not None
+
+
 def _group_id() -> str:
     # librdkafka requires a group.id even for assign(); a fresh one never joins anything.
     return f"interop-{uuid.uuid4().hex}"
@@ -250,11 +254,13 @@ class ConfluentKafka:
         new_topic = NewTopic(
             topic, num_partitions=partitions, replication_factor=1, config=configs or {}
         )
-        futures = self.admin().create_topics([new_topic], request_timeout=OPERATION_TIMEOUT_S)
+        admin = self.admin()  # must outlive the future: destroying it fails the request
+        futures = admin.create_topics([new_topic], request_timeout=OPERATION_TIMEOUT_S)
         return self._error_code(futures[topic])
 
     def delete_topic(self, topic: str) -> int:
-        futures = self.admin().delete_topics([topic], request_timeout=OPERATION_TIMEOUT_S)
+        admin = self.admin()
+        futures = admin.delete_topics([topic], request_timeout=OPERATION_TIMEOUT_S)
         return self._error_code(futures[topic])
 
     def partition_count(self, topic: str) -> tuple[int, int]:
@@ -265,7 +271,8 @@ class ConfluentKafka:
 
     def topic_configs(self, topic: str) -> dict[str, str | None]:
         resource = ConfigResource(ResourceType.TOPIC, topic)
-        futures = self.admin().describe_configs([resource], request_timeout=OPERATION_TIMEOUT_S)
+        admin = self.admin()
+        futures = admin.describe_configs([resource], request_timeout=OPERATION_TIMEOUT_S)
         entries = futures[resource].result(timeout=OPERATION_TIMEOUT_S)
         return {name: entry.value for name, entry in entries.items()}
 
@@ -281,7 +288,8 @@ class AioKafka:
 
     @staticmethod
     def can_produce(message: Message) -> bool:
-        return True
+        # AIOKafkaProducer.send asserts "Need at least one: key or value".
+        return _has_key_or_value(message)
 
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
@@ -436,7 +444,7 @@ class KafkaPython:
         # KafkaProducer.send raises ValueError for a null key with a null value, and TypeError for
         # a null header value: both are valid records that other clients produce.
         no_null_header = all(value is not None for _, value in message.headers)
-        return no_null_header and (message.key is not None or message.value is not None)
+        return no_null_header and _has_key_or_value(message)
 
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
@@ -445,6 +453,10 @@ class KafkaPython:
         config: dict[str, object] = {
             "bootstrap_servers": self.bootstrap,
             "acks": "all",
+            # kafka-python 3 turns idempotence on by default and, when the broker does not
+            # advertise InitProducerId, fails every send with IncompatibleBrokerVersion instead of
+            # falling back. Riverbed does not offer idempotent producers yet.
+            "enable_idempotence": False,
             "linger_ms": LINGER_MS,
             "max_block_ms": REQUEST_TIMEOUT_MS,
             "request_timeout_ms": REQUEST_TIMEOUT_MS,

@@ -1,0 +1,99 @@
+"""The `riverbed` command as a user runs it: topic administration and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.broker import BrokerProcess, free_port
+
+CLI_TIMEOUT_S = 60
+
+
+def riverbed(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "riverbed.cli", *args],
+        capture_output=True, text=True, timeout=CLI_TIMEOUT_S, cwd=cwd,
+    )
+
+
+def test_topics_create_list_describe_delete(broker: BrokerProcess) -> None:
+    server = ("--bootstrap-server", broker.bootstrap)
+    created = riverbed("topics", "create", "orders", "--partitions", "3",
+                       "--config", "retention.ms=3600000", *server)
+    assert created.returncode == 0, created.stderr
+    assert riverbed("topics", "list", *server).stdout.split() == ["orders"]
+
+    described = riverbed("topics", "describe", "orders", "--json", *server)
+    assert described.returncode == 0, described.stderr
+    topic = json.loads(described.stdout)
+    assert [p["partition"] for p in topic["partitions"]] == [0, 1, 2]
+    assert all(p["leader"] == broker.broker_id for p in topic["partitions"])
+    assert topic["configs"]["retention.ms"] == "3600000"
+    assert topic["configs"]["cleanup.policy"] == "delete"
+
+    text = riverbed("topics", "describe", "orders", *server).stdout
+    assert "partition 2  leader 1" in text and "retention.ms=3600000" in text
+
+    assert riverbed("topics", "delete", "orders", *server).returncode == 0
+    assert riverbed("topics", "list", *server).stdout.split() == []
+
+
+def test_topic_errors_are_one_line_and_non_zero(broker: BrokerProcess) -> None:
+    server = ("--bootstrap-server", broker.bootstrap)
+    assert riverbed("topics", "create", "dup", *server).returncode == 0
+    again = riverbed("topics", "create", "dup", *server)
+    assert again.returncode == 1
+    assert again.stderr.strip().count("\n") == 0
+    assert "TOPIC_ALREADY_EXISTS" in again.stderr
+
+    bad_config = riverbed("topics", "create", "x", "--config", "cleanup.policy=shred", *server)
+    assert bad_config.returncode == 1
+    assert "INVALID_CONFIG" in bad_config.stderr and "cleanup.policy" in bad_config.stderr
+    assert bad_config.stderr.strip().count("\n") == 0
+
+    unknown = riverbed("topics", "delete", "nope", *server)
+    assert unknown.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in unknown.stderr
+
+    rf = riverbed("topics", "create", "rf", "--replication-factor", "3", *server)
+    assert rf.returncode == 1 and "INVALID_REPLICATION_FACTOR" in rf.stderr
+
+
+def test_unreachable_bootstrap_is_one_line() -> None:
+    result = riverbed("topics", "list", "--bootstrap-server", f"127.0.0.1:{free_port()}")
+    assert result.returncode == 1
+    assert result.stderr.startswith("riverbed: error:")
+    assert result.stderr.strip().count("\n") == 0
+
+
+def test_bad_broker_config_is_one_line(tmp_path: Path, zk_connect: str) -> None:
+    base = ("broker", "--id", "1", "--listen", f"127.0.0.1:{free_port()}",
+            "--data-dir", str(tmp_path / "data"), "--zookeeper", zk_connect)
+    for setting, expected in (
+        ("no.such.setting=1", "no.such.setting"),
+        ("num.partitions=zero", "num.partitions"),
+    ):
+        result = riverbed(*base, "--set", setting)
+        assert result.returncode == 1, result.stderr
+        assert expected in result.stderr
+        assert result.stderr.strip().count("\n") == 0, result.stderr
+
+
+def test_config_file_uses_kafka_names(tmp_path: Path, zk_connect: str) -> None:
+    properties = tmp_path / "server.properties"
+    properties.write_text("# a Kafka-style file\nnum.partitions=4\nauto.create.topics.enable=true\n")
+    broker = BrokerProcess(broker_id=1, zk_connect=zk_connect, data_dir=tmp_path / "data",
+                           log_dir=tmp_path, extra_args=("--config", str(properties)))
+    broker.start()
+    try:
+        broker.wait_ready()
+        # Auto-created through Metadata: num.partitions came from the file.
+        subprocess.run(["kcat", "-L", "-b", broker.bootstrap, "-t", "auto"],
+                       capture_output=True, timeout=CLI_TIMEOUT_S, check=True)
+        described = riverbed("topics", "describe", "auto", "--json",
+                             "--bootstrap-server", broker.bootstrap)
+        assert len(json.loads(described.stdout)["partitions"]) == 4
+    finally:
+        broker.kill()

@@ -1,0 +1,157 @@
+"""The fetch path seen from the wire: long-polling, KIP-74 and zero-copy sendfile."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from riverbed.client.admin import Admin
+from riverbed.client.connection import BrokerConnection
+from riverbed.protocol import messages as m
+from riverbed.protocol.records import decode_batch, encode_batch
+
+from tests.support.broker import HOST, BrokerProcess
+
+
+async def _produce(connection: BrokerConnection, topic: str, values: list[bytes]) -> int:
+    batch = encode_batch([(None, v, (), int(time.time() * 1000)) for v in values])
+    response = await connection.request(
+        m.ProduceRequest(
+            acks=-1,
+            timeout_ms=5000,
+            topic_data=[
+                m.ProduceRequest.TopicProduceData(
+                    name=topic,
+                    partition_data=[m.ProduceRequest.PartitionProduceData(index=0, records=batch)],
+                )
+            ],
+        )
+    )
+    partition = response.responses[0].partition_responses[0]
+    assert partition.error_code == 0, partition
+    base_offset: int = partition.base_offset
+    return base_offset
+
+
+def _fetch(
+    topic: tuple[str, uuid.UUID],
+    offset: int,
+    *,
+    max_wait_ms: int,
+    min_bytes: int = 1,
+    partition_max_bytes: int,
+) -> m.FetchRequest:
+    # Both name (Fetch v4-12) and id (v13+): the connection picks the version.
+    return m.FetchRequest(
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=partition_max_bytes,
+        session_epoch=-1,
+        topics=[
+            m.FetchRequest.FetchTopic(
+                topic=topic[0],
+                topic_id=topic[1],
+                partitions=[
+                    m.FetchRequest.FetchPartition(
+                        partition=0, fetch_offset=offset, partition_max_bytes=partition_max_bytes
+                    )
+                ],
+            )
+        ],
+    )
+
+
+async def _create_topic(broker: BrokerProcess, name: str) -> tuple[str, uuid.UUID]:
+    async with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        return name, await admin.create_topic(name, partitions=1)
+
+
+def _fetched_records(response: m.FetchResponse) -> bytes:
+    records = response.responses[0].partitions[0].records
+    assert isinstance(records, (bytes, memoryview))
+    return bytes(records)
+
+
+async def test_fetch_parks_until_data_arrives(broker: BrokerProcess) -> None:
+    topic = await _create_topic(broker, "parked")
+    connection = await BrokerConnection.open(HOST, broker.port)
+    consumer = await BrokerConnection.open(HOST, broker.port)
+    try:
+        started = time.monotonic()
+        # The broker must hold this request (min_bytes=1, nothing there) rather than answer.
+        waiting = asyncio.create_task(
+            consumer.request(_fetch(topic, 0, max_wait_ms=20_000, partition_max_bytes=1 << 20))
+        )
+        await asyncio.sleep(1.0)
+        assert not waiting.done(), waiting.result()
+        await _produce(connection, "parked", [b"wake up"])
+        response = await asyncio.wait_for(waiting, 5)
+        assert time.monotonic() - started < 10, "woken by the append, not by max_wait_ms"
+        _, records = decode_batch(_fetched_records(response))
+        assert [r.value for r in records] == [b"wake up"]
+    finally:
+        await connection.close()
+        await consumer.close()
+
+
+async def test_fetch_with_no_data_answers_at_max_wait(broker: BrokerProcess) -> None:
+    topic = await _create_topic(broker, "idle")
+    connection = await BrokerConnection.open(HOST, broker.port)
+    try:
+        started = time.monotonic()
+        response = await connection.request(
+            _fetch(topic, 0, max_wait_ms=700, partition_max_bytes=1 << 20)
+        )
+        elapsed_s = time.monotonic() - started
+        assert 0.6 <= elapsed_s < 5, elapsed_s
+        assert _fetched_records(response) == b""
+        assert response.responses[0].partitions[0].high_watermark == 0
+    finally:
+        await connection.close()
+
+
+async def test_a_batch_larger_than_max_bytes_is_returned_whole(broker: BrokerProcess) -> None:
+    topic = await _create_topic(broker, "big")
+    connection = await BrokerConnection.open(HOST, broker.port)
+    try:
+        big_value = bytes(range(256)) * 400  # ~100 KiB, one batch
+        await _produce(connection, "big", [big_value])
+        response = await connection.request(
+            _fetch(topic, 0, max_wait_ms=0, min_bytes=0, partition_max_bytes=1024)
+        )
+        _, records = decode_batch(_fetched_records(response))
+        assert [r.value for r in records] == [big_value]
+    finally:
+        await connection.close()
+
+
+def test_fetched_record_bytes_go_through_sendfile(broker: BrokerProcess, tmp_path: Path) -> None:
+    """Attach strace to the broker and check the consumed bytes left through sendfile(2)."""
+    lines = [b"%08d" % i + b"x" * 92 for i in range(50_000)]  # 100-byte values, ~5 MB
+    subprocess.run(
+        ["kcat", "-P", "-b", broker.bootstrap, "-t", "zero-copy", "-z", "none"],
+        input=b"\n".join(lines) + b"\n", check=True, timeout=60,
+    )
+    trace = tmp_path / "strace.out"
+    tracer = subprocess.Popen(
+        ["strace", "-f", "-qq", "-e", "trace=sendfile", "-p", str(broker.pid), "-o", str(trace)],
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(1.5)  # attaching to every thread takes a moment
+        consumed = subprocess.run(
+            ["kcat", "-C", "-b", broker.bootstrap, "-t", "zero-copy", "-o", "beginning", "-e", "-q"],
+            capture_output=True, check=True, timeout=60,
+        ).stdout
+    finally:
+        tracer.send_signal(signal.SIGINT)
+        tracer.wait(timeout=10)
+    assert consumed.splitlines() == lines
+    sent_bytes = sum(int(n) for n in re.findall(r"sendfile\(.*\) = (\d+)", trace.read_text()))
+    assert sent_bytes >= 5_000_000, f"only {sent_bytes} bytes went through sendfile"
