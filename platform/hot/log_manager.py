@@ -114,11 +114,13 @@ class LogManager:
             fsync_dir(self._data_dir)
         recovery_points = read_offset_checkpoint(self._data_dir / RECOVERY_POINT_CHECKPOINT_FILE)
         high_watermarks = read_offset_checkpoint(self._data_dir / HIGH_WATERMARK_CHECKPOINT_FILE)
-        log.info(
-            "loading logs in %s after %s shutdown",
-            self._data_dir,
-            "a clean" if clean else "an unclean",
-        )
+        if clean:
+            how = "after a clean shutdown"
+        elif not recovery_points and not any(p.is_dir() for p in self._data_dir.iterdir()):
+            how = "(a new data dir)"
+        else:
+            how = "after an unclean shutdown: recovering from the recovery points"
+        log.info("loading logs in %s %s", self._data_dir, how)
         for child in sorted(self._data_dir.iterdir()):
             if not child.is_dir():
                 continue

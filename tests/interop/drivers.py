@@ -70,7 +70,9 @@ class Driver(Protocol):
         """False for a record the library's producer refuses to build."""
         ...
 
-    def __init__(self, bootstrap: str) -> None: ...
+    def __init__(self, bootstrap: str, *, produce_timeout_ms: int = REQUEST_TIMEOUT_MS) -> None:
+        """`produce_timeout_ms` bounds how long the producer waits for metadata and acks."""
+        ...
 
     def produce(
         self, topic: str, partition: int, messages: Sequence[Message], compression: str = "none"
@@ -137,8 +139,9 @@ class ConfluentKafka:
     def can_produce(message: Message) -> bool:
         return True
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, *, produce_timeout_ms: int = REQUEST_TIMEOUT_MS) -> None:
         self.bootstrap = bootstrap
+        self.produce_timeout_ms = produce_timeout_ms
 
     def producer(self, **overrides: object) -> confluent_kafka.Producer:
         config: dict[str, object] = {
@@ -146,7 +149,7 @@ class ConfluentKafka:
             "acks": "all",
             "linger.ms": LINGER_MS,
             "enable.idempotence": False,
-            "message.timeout.ms": REQUEST_TIMEOUT_MS,
+            "message.timeout.ms": self.produce_timeout_ms,
             # librdkafka waits this long for a topic to appear before failing its messages.
             "topic.metadata.propagation.max.ms": 2_000,
         }
@@ -291,8 +294,9 @@ class AioKafka:
         # AIOKafkaProducer.send asserts "Need at least one: key or value".
         return _has_key_or_value(message)
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, *, produce_timeout_ms: int = REQUEST_TIMEOUT_MS) -> None:
         self.bootstrap = bootstrap
+        self.produce_timeout_ms = produce_timeout_ms
 
     def produce(
         self, topic: str, partition: int, messages: Sequence[Message], compression: str = "none"
@@ -308,7 +312,7 @@ class AioKafka:
             linger_ms=LINGER_MS,
             enable_idempotence=False,
             compression_type=None if compression == "none" else compression,
-            request_timeout_ms=REQUEST_TIMEOUT_MS,
+            request_timeout_ms=self.produce_timeout_ms,
         )
         await producer.start()
         try:
@@ -446,8 +450,9 @@ class KafkaPython:
         no_null_header = all(value is not None for _, value in message.headers)
         return no_null_header and _has_key_or_value(message)
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, *, produce_timeout_ms: int = REQUEST_TIMEOUT_MS) -> None:
         self.bootstrap = bootstrap
+        self.produce_timeout_ms = produce_timeout_ms
 
     def producer(self, **overrides: object) -> kafka.KafkaProducer:
         config: dict[str, object] = {
@@ -458,8 +463,8 @@ class KafkaPython:
             # falling back. Riverbed does not offer idempotent producers yet.
             "enable_idempotence": False,
             "linger_ms": LINGER_MS,
-            "max_block_ms": REQUEST_TIMEOUT_MS,
-            "request_timeout_ms": REQUEST_TIMEOUT_MS,
+            "max_block_ms": self.produce_timeout_ms,
+            "request_timeout_ms": self.produce_timeout_ms,
         }
         config.update(overrides)
         return kafka.KafkaProducer(**config)

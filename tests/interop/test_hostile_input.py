@@ -23,6 +23,7 @@ FLOOD_BYTES = 64 * MIB  # more than the RSS bound: a broker that buffers it all 
 FLOOD_CHUNK_BYTES = MIB
 TRAFFIC_INTERVAL_S = 0.02
 TRAFFIC_STOP_TIMEOUT_S = 20.0
+TRAFFIC_ACKS_PER_CHECK = 5
 UNKNOWN_API_KEY = 32_000
 RANDOM_SEEDS = range(8)
 
@@ -41,11 +42,22 @@ class HealthyTraffic:
 
     def __enter__(self) -> HealthyTraffic:
         self._thread.start()
+        self.wait_for_more_acks()  # flowing before the first attack
         return self
 
     def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(TRAFFIC_STOP_TIMEOUT_S)
+        try:
+            self.wait_for_more_acks()  # still flowing after the last one
+        finally:
+            self._stop.set()
+            self._thread.join(TRAFFIC_STOP_TIMEOUT_S)
+
+    def wait_for_more_acks(self) -> None:
+        target = len(self.acked) + TRAFFIC_ACKS_PER_CHECK
+        deadline = time.monotonic() + TRAFFIC_STOP_TIMEOUT_S
+        while len(self.acked) < target:
+            assert time.monotonic() < deadline, f"healthy producer stalled: {self.errors[:3]}"
+            time.sleep(TRAFFIC_INTERVAL_S)
 
     def _run(self) -> None:
         producer = self.client.producer(**{"acks": "all", "linger.ms": 0})

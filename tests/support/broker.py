@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Final, Protocol
 
@@ -65,8 +65,10 @@ class BrokerProcess:
         data_dir: Path,
         log_dir: Path,
         settings: Mapping[str, str] | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.broker_id = broker_id
+        self.extra_args = tuple(extra_args)
         self.zk_connect = zk_connect
         self.data_dir = data_dir
         self.log_dir = log_dir
@@ -113,6 +115,7 @@ class BrokerProcess:
             "--zookeeper",
             self.zk_connect,
             *settings,
+            *self.extra_args,
         ]
 
     def start(self) -> None:
