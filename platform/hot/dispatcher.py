@@ -7,6 +7,7 @@ from riverbed.hot.handlers.api_versions import handle_api_versions
 from riverbed.hot.handlers.context import BrokerContext
 from riverbed.hot.handlers.describe_configs import handle_describe_configs
 from riverbed.hot.handlers.fetch import handle_fetch
+from riverbed.hot.handlers.find_coordinator import handle_find_coordinator
 from riverbed.hot.handlers.list_offsets import handle_list_offsets
 from riverbed.hot.handlers.metadata import handle_metadata
 from riverbed.hot.handlers.produce import handle_produce
@@ -51,4 +52,6 @@ class Dispatcher:
                 return await handle_delete_topics(ctx, body, version)
             case m.DescribeConfigsRequest():
                 return await handle_describe_configs(ctx, body, version)
+            case m.FindCoordinatorRequest():
+                return await handle_find_coordinator(body, version)
         raise TypeError(f"no handler for {type(body).__name__} (api key {header.api_key})")

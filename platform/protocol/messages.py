@@ -358,6 +358,51 @@ class MetadataResponse:
 
 
 @dataclass(slots=True)
+class FindCoordinatorRequest:
+    """FindCoordinator request (API key 10), versions 0-4."""
+
+    API_KEY: ClassVar[int] = 10
+
+    # v0-3
+    key: str = ""
+    # v1+
+    key_type: int = 0
+    # v4
+    coordinator_keys: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class FindCoordinatorResponse:
+    """FindCoordinator response (API key 10), versions 0-4."""
+
+    API_KEY: ClassVar[int] = 10
+
+    @dataclass(slots=True)
+    class Coordinator:
+        key: str = ""
+        node_id: int = 0
+        host: str = ""
+        port: int = 0
+        error_code: int = 0
+        error_message: str | None = ""
+
+    # v1+
+    throttle_time_ms: int = 0
+    # v0-3
+    error_code: int = 0
+    # v1-3
+    error_message: str | None = ""
+    # v0-3
+    node_id: int = 0
+    # v0-3
+    host: str = ""
+    # v0-3
+    port: int = 0
+    # v4
+    coordinators: list[FindCoordinatorResponse.Coordinator] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class ApiVersionsRequest:
     """ApiVersions request (API key 18), versions 0-3."""
 
@@ -574,6 +619,7 @@ RequestBody = (
     | FetchRequest
     | ListOffsetsRequest
     | MetadataRequest
+    | FindCoordinatorRequest
     | ApiVersionsRequest
     | CreateTopicsRequest
     | DeleteTopicsRequest
@@ -584,6 +630,7 @@ ResponseBody = (
     | FetchResponse
     | ListOffsetsResponse
     | MetadataResponse
+    | FindCoordinatorResponse
     | ApiVersionsResponse
     | CreateTopicsResponse
     | DeleteTopicsResponse
@@ -595,6 +642,7 @@ REQUEST_CLASSES: dict[int, type[RequestBody]] = {
     1: FetchRequest,
     2: ListOffsetsRequest,
     3: MetadataRequest,
+    10: FindCoordinatorRequest,
     18: ApiVersionsRequest,
     19: CreateTopicsRequest,
     20: DeleteTopicsRequest,
@@ -606,6 +654,7 @@ RESPONSE_CLASSES: dict[int, type[ResponseBody]] = {
     1: FetchResponse,
     2: ListOffsetsResponse,
     3: MetadataResponse,
+    10: FindCoordinatorResponse,
     18: ApiVersionsResponse,
     19: CreateTopicsResponse,
     20: DeleteTopicsResponse,

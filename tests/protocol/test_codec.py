@@ -41,6 +41,7 @@ with warnings.catch_warnings():
     from kafka.protocol.consumer import fetch as kp_fetch
     from kafka.protocol.consumer import offsets as kp_offsets
     from kafka.protocol.metadata import api_versions as kp_api_versions
+    from kafka.protocol.metadata import find_coordinator as kp_find_coordinator
     from kafka.protocol.metadata import metadata as kp_metadata
     from kafka.protocol.producer import produce as kp_produce
 
@@ -138,6 +139,7 @@ def test_supported_api_versions() -> None:
         1: (4, 16),
         2: (1, 7),
         3: (0, 12),
+        10: (0, 4),
         18: (0, 3),
         19: (2, 7),
         20: (1, 6),
@@ -153,6 +155,7 @@ def test_flexible_versions() -> None:
         "ListOffsets": 6,
         "Metadata": 9,
         "ApiVersions": 3,
+        "FindCoordinator": 3,
         "CreateTopics": 5,
         "DeleteTopics": 4,
         "DescribeConfigs": 4,
@@ -182,6 +185,7 @@ KAFKA_PYTHON_CLASSES: dict[int, tuple[Any, Any]] = {
     1: (kp_fetch.FetchRequest, kp_fetch.FetchResponse),
     2: (kp_offsets.ListOffsetsRequest, kp_offsets.ListOffsetsResponse),
     3: (kp_metadata.MetadataRequest, kp_metadata.MetadataResponse),
+    10: (kp_find_coordinator.FindCoordinatorRequest, kp_find_coordinator.FindCoordinatorResponse),
     18: (kp_api_versions.ApiVersionsRequest, kp_api_versions.ApiVersionsResponse),
     19: (kp_topics.CreateTopicsRequest, kp_topics.CreateTopicsResponse),
     20: (kp_topics.DeleteTopicsRequest, kp_topics.DeleteTopicsResponse),
