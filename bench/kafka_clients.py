@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -14,6 +14,7 @@ from bench.procs import ProcessFailed
 # Also bounds each metadata or offsets request below.
 TOPIC_READY_TIMEOUT_S = 60.0
 TOPIC_READY_POLL_S = 0.1
+DELIVERY_TIMEOUT_S = 120.0
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -43,3 +44,19 @@ def end_offset(bootstrap: str, topic: str, partition: int) -> int:
     finally:
         consumer.close()
     return int(high)
+
+
+def produce_acknowledged(bootstrap: str, topic: str, partition: int, values: list[bytes]) -> None:
+    """Produce `values` with acks=all and return once every one is acknowledged."""
+    failures: list[str] = []
+
+    def on_delivery(error: KafkaError | None, _message: object) -> None:
+        if error is not None:
+            failures.append(str(error))
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5})
+    for value in values:
+        producer.produce(topic, value, partition=partition, on_delivery=on_delivery)
+    unacknowledged = producer.flush(DELIVERY_TIMEOUT_S)
+    if unacknowledged or failures:
+        raise ProcessFailed(f"{unacknowledged} records unacknowledged; failures: {failures[:5]}")

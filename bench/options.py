@@ -27,7 +27,7 @@ class Ratio(TypedDict):
     label: str
     value: float
     goal: str
-    met: bool
+    met: bool | None  # None: reported for context, no goal
 
 
 class BenchResult(TypedDict):

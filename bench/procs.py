@@ -19,6 +19,8 @@ from pathlib import Path
 HOST = "127.0.0.1"
 # Between connection attempts while waiting for a port; small next to any startup we measure.
 CONNECT_POLL_S = 0.005
+# Between checks that a crashed broker's ZooKeeper registration is gone.
+REGISTRATION_POLL_S = 0.05
 # A clean shutdown that takes longer than this is reported as a failure, not waited out.
 SHUTDOWN_TIMEOUT_S = 60.0
 # Lines of a process's log quoted when it fails to start.
@@ -153,6 +155,27 @@ class Broker:
     def kill(self) -> None:
         """Crash (SIGKILL): no shutdown code runs."""
         stop(self._running(), signal.SIGKILL)
+
+    def wait_until_deregistered(self, timeout_s: float) -> float:
+        """Wait until ZooKeeper dropped this broker's registration (its session expired after a
+        crash); returns the seconds waited. A broker restarted before that waits for it itself."""
+        from kazoo.client import KazooClient
+        from riverbed.coordination.layout import broker_path
+
+        started = time.perf_counter()
+        client = KazooClient(hosts=self._zookeeper)
+        client.start(timeout=timeout_s)
+        try:
+            while client.exists(broker_path(self._broker_id)) is not None:
+                if time.perf_counter() - started > timeout_s:
+                    raise ProcessFailed(
+                        f"broker {self._broker_id} still registered after {timeout_s} s"
+                    )
+                time.sleep(REGISTRATION_POLL_S)
+        finally:
+            client.stop()
+            client.close()
+        return time.perf_counter() - started
 
     def close(self) -> None:
         if self._process is not None and self._process.poll() is None:

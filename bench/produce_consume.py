@@ -38,6 +38,7 @@ from bench.kafka_clients import create_topic
 from bench.machine import package_version
 from bench.options import BenchOptions, BenchResult, Headline
 from bench.procs import Broker, ProcessFailed, cpu_seconds, free_port, zookeeper
+from bench.raw_fetch import measure_raw_fetch
 from bench.redis_stream import XaddParameters, measure_xadd, tool_versions
 
 NAME = "produce_consume"
@@ -140,6 +141,8 @@ def measure_riverbed(
             produced = produce(broker, records, value)
             log_bytes = directory_bytes(data_dir)
             consumed = consume(broker, records, value)
+            host, _, port = broker.bootstrap.rpartition(":")
+            raw_fetch = measure_raw_fetch(host, int(port), TOPIC, records)
             exit_code = broker.terminate()
         finally:
             broker.close()
@@ -148,6 +151,7 @@ def measure_riverbed(
         "broker_startup_s": startup_s,
         "produce": produced,
         "consume": consumed,
+        "raw_fetch_header_counting": raw_fetch,
         "data_dir_bytes_after_produce": log_bytes,
         "broker_exit_code_after_sigterm": exit_code,
     }
@@ -303,6 +307,7 @@ def summarize(
     produced, consumed = riverbed["produce"], riverbed["consume"]
     produce_per_s = float(produced["records_per_s"])
     consume_per_s = float(consumed["records_per_s"])
+    raw_fetch_per_s = float(riverbed["raw_fetch_header_counting"]["records_per_s"])
     return {
         "parameters": {
             "records": records,
@@ -339,6 +344,13 @@ def summarize(
             _headline("Riverbed consume", consume_per_s, "records/s"),
             _headline("Riverbed consume", consumed["payload_mb_per_s"], "MB/s"),
             _headline(
+                "Riverbed fetch, consumer counting batch headers (no record decode)",
+                raw_fetch_per_s,
+                "records/s",
+            ),
+            _headline("Broker CPU time while producing", produced["broker_cpu_s"], "s"),
+            _headline("Broker CPU time while consuming", consumed["broker_cpu_s"], "s"),
+            _headline(
                 "confluent-kafka produce() calls, no broker (client ceiling)",
                 ceiling["records_per_s"],
                 "records/s",
@@ -356,6 +368,12 @@ def summarize(
                 "value": consume_per_s / xadd_per_s,
                 "goal": ">= 2",
                 "met": consume_per_s >= 2 * xadd_per_s,
+            },
+            {
+                "label": "Riverbed fetch (header-counting consumer) / Redis XADD (context)",
+                "value": raw_fetch_per_s / xadd_per_s,
+                "goal": "context, not the goal",
+                "met": None,
             },
         ],
     }

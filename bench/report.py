@@ -48,7 +48,7 @@ def render(documents: list[dict[str, Any]]) -> str:
         for ratio in document["ratios"]:
             lines.append(
                 f"| {_title(document)} | {ratio['label']} | {ratio['value']:.2f} | "
-                f"{ratio['goal']} | {'yes' if ratio['met'] else '**no**'} |"
+                f"{ratio['goal']} | {_met(ratio['met'])} |"
             )
     return "\n".join(lines)
 
@@ -83,6 +83,12 @@ def _number(value: float, unit: str) -> str:
     if unit == "s":
         return f"{value:.3f} {unit}"
     return f"{value:,.1f} {unit}"
+
+
+def _met(met: bool | None) -> str:
+    if met is None:
+        return "n/a"
+    return "yes" if met else "**no**"
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ def run_one(name: str, options: BenchOptions, results_dir: Path) -> Path:
     for headline in result["headlines"]:
         print(f"   {headline['label']}: {headline['value']:,.3f} {headline['unit']}")
     for ratio in result["ratios"]:
-        verdict = "met" if ratio["met"] else "NOT met"
+        verdict = {True: "met", False: "NOT met", None: "no goal"}[ratio["met"]]
         print(f"   {ratio['label']}: {ratio['value']:.3f} (goal {ratio['goal']}: {verdict})")
     return save(document, results_dir, started_at)
 

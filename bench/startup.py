@@ -7,10 +7,14 @@ once unmeasured (the first open after the direct write), and the clock runs from
 `riverbed broker` to its port accepting a TCP connection, for
 
 - clean: a start after a SIGTERM shutdown (clean-shutdown marker present);
-- unclean: a start after a SIGKILL (no marker: recovery has to decide what to re-check);
+- unclean: a start after a crash: ~1 MB is produced (acks=all) and the broker SIGKILLed, so the
+  log holds data above its recovery point and no marker. The clock starts once ZooKeeper has
+  expired the dead broker's session: before that a restarted broker waits for its stale
+  registration, a wait set by zookeeper.session.timeout.ms, not by the log. That wait is
+  measured too, once per size (`restart_right_after_sigkill_s`), as context;
 
 median of `REPEATS` each. After every measured start the broker must report the whole log
-(high watermark = records written), so a broker that lost data cannot look fast.
+(high watermark = every record written), so a broker that lost data cannot look fast.
 
 The log files were just written and the machine's RAM holds them, so they are in the page cache:
 the numbers are what startup costs in CPU and reads of cached files, not cold-disk seeks.
@@ -29,7 +33,8 @@ from riverbed.hot.log import LogConfig
 from riverbed.hot.log_manager import LogManager
 from riverbed.protocol.records import encode_batch, validate_records
 
-from bench.kafka_clients import create_topic, end_offset
+from bench.kafka_clients import create_topic, end_offset, produce_acknowledged
+from bench.machine import package_version
 from bench.options import BenchOptions, BenchResult, Headline, Ratio
 from bench.procs import Broker, ProcessFailed, zookeeper
 
@@ -46,6 +51,11 @@ VALUE_BYTES = 100
 RECORDS_PER_BATCH = 9_000
 # The epoch a new topic's first leader gets; batches carry it as a leader would write them.
 LEADER_EPOCH = 0
+# Written through the broker before each crash: ~1 MB above the recovery point.
+TAIL_RECORDS = 10_000
+TAIL_VALUE = b"t" * VALUE_BYTES
+# A crashed broker's registration lasts one ZooKeeper session (zookeeper.session.timeout.ms).
+REGISTRATION_TIMEOUT_S = 120.0
 # A broker that re-reads 10 GB may take minutes: that is a result to report, not a hang.
 BROKER_START_TIMEOUT_S = 900.0
 # "≈ 1": a larger log may cost some noise, not a multiple.
@@ -109,24 +119,40 @@ def measure_size(
             clean.append(_timed_start(broker, records))
             broker.terminate()
         broker.start(BROKER_START_TIMEOUT_S)
-        broker.kill()
-        unclean = []
+        unclean, registration_waits = [], []
         for _ in range(REPEATS):
+            records = _crash_after_writes(broker, records)
+            registration_waits.append(broker.wait_until_deregistered(REGISTRATION_TIMEOUT_S))
             unclean.append(_timed_start(broker, records))
-            broker.kill()
-        log_bytes = _directory_bytes(data_dir)
+        records = _crash_after_writes(broker, records)
+        immediate_restart_s = _timed_start(broker, records)
+        broker.terminate()
+        segment_bytes = sorted(path.stat().st_size for path in data_dir.rglob("*.log"))
     finally:
         broker.close()
         shutil.rmtree(data_dir, ignore_errors=True)
     return {
         "written": written,
-        "data_dir_bytes": log_bytes,
+        "segment_file_bytes": segment_bytes,
         "first_open_after_write_s": first_open_s,
         "clean_s": clean,
         "clean_s_median": statistics.median(clean),
         "unclean_s": unclean,
         "unclean_s_median": statistics.median(unclean),
+        "registration_expiry_waits_s": registration_waits,
+        "restart_right_after_sigkill_s": immediate_restart_s,
     }
+
+
+def _crash_after_writes(broker: Broker, records: int) -> int:
+    """Append an acknowledged, unflushed tail, then SIGKILL; returns the records now in the log.
+
+    A crash of an idle broker right after a clean start would leave nothing to recover; a broker
+    that was taking writes leaves data above its recovery point, which the next start re-scans.
+    """
+    produce_acknowledged(broker.bootstrap, TOPIC, 0, [TAIL_VALUE] * TAIL_RECORDS)
+    broker.kill()
+    return records + TAIL_RECORDS
 
 
 def _timed_start(broker: Broker, records: int) -> float:
@@ -171,10 +197,6 @@ def fill_log(data_dir: Path, size_bytes: int) -> dict[str, float]:
     }
 
 
-def _directory_bytes(path: Path) -> int:
-    return sum(entry.stat().st_size for entry in path.rglob("*") if entry.is_file())
-
-
 def _label(size_bytes: int) -> str:
     if size_bytes == 0:
         return "empty"
@@ -192,16 +214,18 @@ def summarize(
     small, large = (_label(size) for size in sizes)
     headlines: list[Headline] = []
     for label, measured in by_size.items():
-        headlines.append(
-            {"label": f"clean start, {label} log", "value": measured["clean_s_median"], "unit": "s"}
+        headlines += [
+            _headline(f"clean start, {label} log", measured["clean_s_median"]),
+            _headline(
+                f"unclean start (crash after writes), {label} log", measured["unclean_s_median"]
+            ),
+        ]
+    headlines.append(
+        _headline(
+            f"restart right after SIGKILL (waits for the ZooKeeper session), {large} log",
+            by_size[large]["restart_right_after_sigkill_s"],
         )
-        headlines.append(
-            {
-                "label": f"unclean start (after SIGKILL), {label} log",
-                "value": measured["unclean_s_median"],
-                "unit": "s",
-            }
-        )
+    )
     ratios: list[Ratio] = []
     for mode in ("clean", "unclean"):
         ratio = by_size[large][f"{mode}_s_median"] / by_size[small][f"{mode}_s_median"]
@@ -219,11 +243,16 @@ def summarize(
             "repeats": REPEATS,
             "value_bytes": VALUE_BYTES,
             "records_per_batch": RECORDS_PER_BATCH,
+            "tail_records_before_each_crash": TAIL_RECORDS,
             "broker_settings": options.broker_settings,
             "readiness": "TCP connect to the broker's listener succeeds",
         },
-        "tools": {},
+        "tools": {"confluent-kafka": package_version("confluent-kafka")},
         "measurements": {"disk": disk, "by_size": by_size},
         "headlines": headlines,
         "ratios": ratios,
     }
+
+
+def _headline(label: str, seconds: float) -> Headline:
+    return {"label": label, "value": float(seconds), "unit": "s"}
