@@ -13,8 +13,10 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
@@ -136,7 +138,7 @@ def broker_config_from_args(args: argparse.Namespace) -> BrokerConfig:
 
 
 def _run_broker(args: argparse.Namespace) -> int:
-    from riverbed.hot.broker import Broker  # noqa: PLC0415 - keeps `topics` commands light
+    from riverbed.hot.broker import Broker  # keeps `topics` commands light
 
     config = broker_config_from_args(args)
 
@@ -161,15 +163,25 @@ def _run_broker(args: argparse.Namespace) -> int:
 
 def _run_dev(args: argparse.Namespace) -> int:
     """`make run`: a local ZooKeeper from Debian's package and one broker, under --data-dir."""
-    from riverbed.coordination.embedded_zk import EmbeddedZooKeeper  # noqa: PLC0415
+    from riverbed.coordination.embedded_zk import EmbeddedZooKeeper
 
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     host, _, port = args.listen.rpartition(":")
     with EmbeddedZooKeeper(data_dir / "zookeeper") as zookeeper:
         command = [
-            sys.executable, "-m", "riverbed.cli", "broker", "--id", "1", "--listen", args.listen,
-            "--data-dir", str(data_dir / "broker-1"), "--zookeeper", zookeeper.connect_string,
+            sys.executable,
+            "-m",
+            "riverbed.cli",
+            "broker",
+            "--id",
+            "1",
+            "--listen",
+            args.listen,
+            "--data-dir",
+            str(data_dir / "broker-1"),
+            "--zookeeper",
+            zookeeper.connect_string,
         ]
         broker = subprocess.Popen(command)
         try:
@@ -189,10 +201,9 @@ def _run_dev(args: argparse.Namespace) -> int:
     return 0 if broker.returncode in (0, -signal.SIGTERM) else EXIT_FAILURE
 
 
-def _wait_for_port(host: str, port: int, process: subprocess.Popen[bytes], timeout_s: float) -> None:
-    import socket  # noqa: PLC0415
-    import time  # noqa: PLC0415
-
+def _wait_for_port(
+    host: str, port: int, process: subprocess.Popen[bytes], timeout_s: float
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -217,9 +228,7 @@ Press Ctrl-C to stop.
 """
 
 
-def _admin_command(
-    args: argparse.Namespace, action: Callable[[Admin], Awaitable[int]]
-) -> int:
+def _admin_command(args: argparse.Namespace, action: Callable[[Admin], Awaitable[int]]) -> int:
     async def run() -> int:
         async with Admin(bootstrap_servers=args.bootstrap_server) as admin:
             return await action(admin)
@@ -256,18 +265,30 @@ def _topics_describe(args: argparse.Namespace) -> int:
     async def action(admin: Admin) -> int:
         topic = await admin.describe_topic(args.name)
         if args.json:
-            print(json.dumps({
-                "name": topic.name,
-                "topic_id": str(topic.topic_id),
-                "partitions": [
-                    {"partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
-                     "replicas": list(p.replicas), "isr": list(p.isr)}
-                    for p in topic.partitions
-                ],
-                "configs": topic.configs,
-            }, indent=2))
+            print(
+                json.dumps(
+                    {
+                        "name": topic.name,
+                        "topic_id": str(topic.topic_id),
+                        "partitions": [
+                            {
+                                "partition": p.partition,
+                                "leader": p.leader,
+                                "leader_epoch": p.leader_epoch,
+                                "replicas": list(p.replicas),
+                                "isr": list(p.isr),
+                            }
+                            for p in topic.partitions
+                        ],
+                        "configs": topic.configs,
+                    },
+                    indent=2,
+                )
+            )
             return 0
-        print(f"Topic: {topic.name}  TopicId: {topic.topic_id}  Partitions: {len(topic.partitions)}")
+        print(
+            f"Topic: {topic.name}  TopicId: {topic.topic_id}  Partitions: {len(topic.partitions)}"
+        )
         for p in topic.partitions:
             print(
                 f"  partition {p.partition}  leader {p.leader}  epoch {p.leader_epoch}  "

@@ -15,5 +15,5 @@ from tests.support.zookeeper import zk_chroot, zookeeper  # noqa: F401
 
 
 @pytest.fixture
-def zk_connect(zk_chroot: str) -> str:
+def zk_connect(zk_chroot: str) -> str:  # noqa: F811 - the fixture, by its name
     return zk_chroot

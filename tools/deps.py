@@ -11,7 +11,9 @@ from pathlib import Path
 def main() -> None:
     project = tomllib.loads(Path("pyproject.toml").read_text())["project"]
     which = sys.argv[1] if len(sys.argv) > 1 else "runtime"
-    deps = project["dependencies"] if which == "runtime" else project["optional-dependencies"][which]
+    deps = (
+        project["dependencies"] if which == "runtime" else project["optional-dependencies"][which]
+    )
     print("\n".join(deps))
 
 

@@ -145,7 +145,11 @@ class Admin:
         )
 
     async def _metadata(self, names: list[str] | None) -> m.MetadataResponse:
-        topics = None if names is None else [m.MetadataRequest.MetadataRequestTopic(name=n) for n in names]
+        topics = (
+            None
+            if names is None
+            else [m.MetadataRequest.MetadataRequestTopic(name=n) for n in names]
+        )
         request = m.MetadataRequest(topics=topics, allow_auto_topic_creation=False)
         response: m.MetadataResponse = await (await self._any()).request(
             request, timeout_ms=self._timeout_ms

@@ -102,7 +102,10 @@ class Broker:
         self._tasks.append(asyncio.create_task(self._flush_loop(), name="flush"))
         log.info(
             "broker %d listening on %s:%d (cluster %s)",
-            config.broker_id, config.host, self.port, cluster_id,
+            config.broker_id,
+            config.host,
+            self.port,
+            cluster_id,
         )
 
     async def stop(self) -> None:
@@ -137,8 +140,11 @@ class Broker:
         wanted: set[tuple[str, int]] = set()
         for topic in self._cache.topics().values():
             config = LogConfig.from_topic_config(
-                {k: v.value for k, v in effective_topic_config(self.config, topic.configs).items()
-                 if v.value}
+                {
+                    k: v.value
+                    for k, v in effective_topic_config(self.config, topic.configs).items()
+                    if v.value
+                }
             )
             for index, state in topic.partitions.items():
                 if self.config.broker_id not in state.replicas:

@@ -22,11 +22,11 @@ def check_data_dir_identity(data_dir: Path, *, cluster_id: str, broker_id: int) 
     """Write meta.properties on first use; afterwards refuse a different cluster or broker id."""
     path = data_dir / META_FILE
     if not path.exists():
-        write_atomically(path, f"version=0\ncluster.id={cluster_id}\nbroker.id={broker_id}\n".encode())
+        write_atomically(
+            path, f"version=0\ncluster.id={cluster_id}\nbroker.id={broker_id}\n".encode()
+        )
         return
-    props = dict(
-        line.split("=", 1) for line in path.read_text().splitlines() if "=" in line
-    )
+    props = dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
     if props.get("cluster.id") != cluster_id:
         raise DataDirMismatchError(
             f"{data_dir} belongs to cluster {props.get('cluster.id')!r}, but ZooKeeper holds "

@@ -1,1 +1,4 @@
-"""PySpark data source for Riverbed topics (reads the cold tier directly; arrives in a later issue)."""
+"""PySpark data source for Riverbed topics.
+
+It reads the cold tier directly from the object store; it arrives with the Spark issue.
+"""

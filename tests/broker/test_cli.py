@@ -15,14 +15,25 @@ CLI_TIMEOUT_S = 60
 def riverbed(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "riverbed.cli", *args],
-        capture_output=True, text=True, timeout=CLI_TIMEOUT_S, cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+        cwd=cwd,
     )
 
 
 def test_topics_create_list_describe_delete(broker: BrokerProcess) -> None:
     server = ("--bootstrap-server", broker.bootstrap)
-    created = riverbed("topics", "create", "orders", "--partitions", "3",
-                       "--config", "retention.ms=3600000", *server)
+    created = riverbed(
+        "topics",
+        "create",
+        "orders",
+        "--partitions",
+        "3",
+        "--config",
+        "retention.ms=3600000",
+        *server,
+    )
     assert created.returncode == 0, created.stderr
     assert riverbed("topics", "list", *server).stdout.split() == ["orders"]
 
@@ -69,8 +80,17 @@ def test_unreachable_bootstrap_is_one_line() -> None:
 
 
 def test_bad_broker_config_is_one_line(tmp_path: Path, zk_connect: str) -> None:
-    base = ("broker", "--id", "1", "--listen", f"127.0.0.1:{free_port()}",
-            "--data-dir", str(tmp_path / "data"), "--zookeeper", zk_connect)
+    base = (
+        "broker",
+        "--id",
+        "1",
+        "--listen",
+        f"127.0.0.1:{free_port()}",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--zookeeper",
+        zk_connect,
+    )
     for setting, expected in (
         ("no.such.setting=1", "no.such.setting"),
         ("num.partitions=zero", "num.partitions"),
@@ -83,17 +103,29 @@ def test_bad_broker_config_is_one_line(tmp_path: Path, zk_connect: str) -> None:
 
 def test_config_file_uses_kafka_names(tmp_path: Path, zk_connect: str) -> None:
     properties = tmp_path / "server.properties"
-    properties.write_text("# a Kafka-style file\nnum.partitions=4\nauto.create.topics.enable=true\n")
-    broker = BrokerProcess(broker_id=1, zk_connect=zk_connect, data_dir=tmp_path / "data",
-                           log_dir=tmp_path, extra_args=("--config", str(properties)))
+    properties.write_text(
+        "# a Kafka-style file\nnum.partitions=4\nauto.create.topics.enable=true\n"
+    )
+    broker = BrokerProcess(
+        broker_id=1,
+        zk_connect=zk_connect,
+        data_dir=tmp_path / "data",
+        log_dir=tmp_path,
+        extra_args=("--config", str(properties)),
+    )
     broker.start()
     try:
         broker.wait_ready()
         # Auto-created through Metadata: num.partitions came from the file.
-        subprocess.run(["kcat", "-L", "-b", broker.bootstrap, "-t", "auto"],
-                       capture_output=True, timeout=CLI_TIMEOUT_S, check=True)
-        described = riverbed("topics", "describe", "auto", "--json",
-                             "--bootstrap-server", broker.bootstrap)
+        subprocess.run(
+            ["kcat", "-L", "-b", broker.bootstrap, "-t", "auto"],
+            capture_output=True,
+            timeout=CLI_TIMEOUT_S,
+            check=True,
+        )
+        described = riverbed(
+            "topics", "describe", "auto", "--json", "--bootstrap-server", broker.bootstrap
+        )
         assert len(json.loads(described.stdout)["partitions"]) == 4
     finally:
         broker.kill()

@@ -136,7 +136,9 @@ def test_fetched_record_bytes_go_through_sendfile(broker: BrokerProcess, tmp_pat
     lines = [b"%08d" % i + b"x" * 92 for i in range(50_000)]  # 100-byte values, ~5 MB
     subprocess.run(
         ["kcat", "-P", "-b", broker.bootstrap, "-t", "zero-copy", "-z", "none"],
-        input=b"\n".join(lines) + b"\n", check=True, timeout=60,
+        input=b"\n".join(lines) + b"\n",
+        check=True,
+        timeout=60,
     )
     trace = tmp_path / "strace.out"
     tracer = subprocess.Popen(
@@ -146,8 +148,21 @@ def test_fetched_record_bytes_go_through_sendfile(broker: BrokerProcess, tmp_pat
     try:
         time.sleep(1.5)  # attaching to every thread takes a moment
         consumed = subprocess.run(
-            ["kcat", "-C", "-b", broker.bootstrap, "-t", "zero-copy", "-o", "beginning", "-e", "-q"],
-            capture_output=True, check=True, timeout=60,
+            [
+                "kcat",
+                "-C",
+                "-b",
+                broker.bootstrap,
+                "-t",
+                "zero-copy",
+                "-o",
+                "beginning",
+                "-e",
+                "-q",
+            ],
+            capture_output=True,
+            check=True,
+            timeout=60,
         ).stdout
     finally:
         tracer.send_signal(signal.SIGINT)

@@ -23,7 +23,10 @@ def test_platform_folder_has_no_init() -> None:
 def test_import_platform_from_repo_root_is_the_standard_library() -> None:
     out = subprocess.run(
         [sys.executable, "-c", "import platform; platform.system(); print(platform.__file__)"],
-        cwd=REPO, capture_output=True, text=True, check=True,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     stdlib = sysconfig.get_paths()["stdlib"]
     assert out == str(Path(stdlib) / "platform.py")
@@ -40,9 +43,21 @@ def test_pytest_from_repo_root_sees_the_standard_library_platform() -> None:
 
 def test_wheel_contains_every_subpackage(tmp_path: Path) -> None:
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(tmp_path), str(REPO)],
-        check=True, capture_output=True, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(REPO),
+        ],
+        check=True,
+        capture_output=True,
+        cwd=tmp_path,
     )
     (wheel,) = tmp_path.glob("riverbed-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())

@@ -70,8 +70,12 @@ async def _create_topic(
     num_partitions = _partitions(ctx, topic)
     replication_factor = _replication_factor(ctx, topic)
     if validate_only:
-        ctx.store.check_new_topic(name=topic.name, num_partitions=num_partitions,
-                                  replication_factor=replication_factor, live_broker_ids=live)
+        ctx.store.check_new_topic(
+            name=topic.name,
+            num_partitions=num_partitions,
+            replication_factor=replication_factor,
+            live_broker_ids=live,
+        )
         if ctx.cache.topic(topic.name) is not None:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists")
         return ZERO_UUID
@@ -109,7 +113,9 @@ async def handle_delete_topics(
         results.append(result)
         try:
             _check_controller(ctx)
-            metadata = ctx.cache.topic(name) if name is not None else ctx.cache.topic_by_id(topic_id)
+            metadata = (
+                ctx.cache.topic(name) if name is not None else ctx.cache.topic_by_id(topic_id)
+            )
             if metadata is None:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name else ErrorCode.UNKNOWN_TOPIC_ID
                 raise KafkaError(code, f"unknown topic {name or topic_id}")

@@ -41,7 +41,9 @@ class _PartitionRead:
     region: FileRegion | None = None
 
 
-async def handle_fetch(ctx: BrokerContext, request: m.FetchRequest, version: int) -> m.FetchResponse:
+async def handle_fetch(
+    ctx: BrokerContext, request: m.FetchRequest, version: int
+) -> m.FetchResponse:
     if request.session_id != NO_SESSION_ID:
         return m.FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
     loop = asyncio.get_running_loop()
@@ -117,7 +119,9 @@ def _read_partition(
     max_bytes = min(wanted.partition_max_bytes, budget_bytes)
     if max_bytes <= 0 and not first_non_empty:
         return None
-    result = partition_log.read(wanted.fetch_offset, max(max_bytes, 0), partition_log.high_watermark)
+    result = partition_log.read(
+        wanted.fetch_offset, max(max_bytes, 0), partition_log.high_watermark
+    )
     if result is None:
         return None
     region = result.region

@@ -25,7 +25,11 @@ async def handle_find_coordinator(
         return m.FindCoordinatorResponse(
             coordinators=[
                 Coordinator(
-                    key=key, node_id=-1, host="", port=-1, error_code=code,
+                    key=key,
+                    node_id=-1,
+                    host="",
+                    port=-1,
+                    error_code=code,
                     error_message=NOT_AVAILABLE_MESSAGE,
                 )
                 for key in request.coordinator_keys

@@ -15,12 +15,12 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 
 
-async def handle_list_offsets(ctx: BrokerContext, request: m.ListOffsetsRequest) -> m.ListOffsetsResponse:
+async def handle_list_offsets(
+    ctx: BrokerContext, request: m.ListOffsetsRequest
+) -> m.ListOffsetsResponse:
     topics = []
     for topic in request.topics:
-        partitions = [
-            _list_partition(ctx, topic.name, wanted) for wanted in topic.partitions
-        ]
+        partitions = [_list_partition(ctx, topic.name, wanted) for wanted in topic.partitions]
         topics.append(TopicResponse(name=topic.name, partitions=partitions))
     return m.ListOffsetsResponse(topics=topics)
 

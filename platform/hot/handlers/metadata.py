@@ -101,7 +101,9 @@ def _describe_topic(ctx: BrokerContext, name: str, live: set[int]) -> Topic:
     if metadata is None:
         return Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name)
     if not ctx.topic_applied(name):
-        return Topic(error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name, topic_id=metadata.topic_id)
+        return Topic(
+            error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name, topic_id=metadata.topic_id
+        )
     partitions = []
     for index, state in sorted(metadata.partitions.items()):
         leader_live = state.leader in live

@@ -55,4 +55,3 @@ def _produce_partition(
         log_append_time_ms=-1,
         log_start_offset=partition.log.log_start_offset,
     )
-
