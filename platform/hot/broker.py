@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 
-from riverbed.configs import BrokerConfig, effective_topic_config
+from riverbed.configs import BrokerConfig, effective_topic_config, topic_config
 from riverbed.coordination.controller_election import ControllerElection
 from riverbed.coordination.layout import BrokerRegistration
 from riverbed.coordination.metadata import ClusterMetadataStore
@@ -64,9 +65,7 @@ class Broker:
         data_dir = Path(config.log_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         # Local logs first: recovery must finish before anything is served.
-        self._log_manager = await asyncio.to_thread(
-            LogManager, data_dir, LogConfig.from_topic_config(self._default_topic_config())
-        )
+        self._log_manager = await asyncio.to_thread(LogManager, data_dir, self._log_config({}))
         partitions = PartitionManager(self._log_manager)
         await self._zk.start()
         await self._store.ensure_layout()
@@ -122,8 +121,9 @@ class Broker:
             await asyncio.to_thread(self._log_manager.close)
         log.info("broker %d stopped cleanly", self.config.broker_id)
 
-    def _default_topic_config(self) -> dict[str, str]:
-        return {k: v.value for k, v in effective_topic_config(self.config, {}).items() if v.value}
+    def _log_config(self, overrides: Mapping[str, str]) -> LogConfig:
+        effective = effective_topic_config(self.config, overrides)
+        return LogConfig.from_topic_config({k: v.value for k, v in effective.items() if v.value})
 
     async def _cache_caught_up(self) -> None:
         """Wait until our own registration is visible, so Metadata lists this broker at once."""
@@ -139,18 +139,15 @@ class Broker:
         ctx = self._require_ctx()
         wanted: set[tuple[str, int]] = set()
         for topic in self._cache.topics().values():
-            config = LogConfig.from_topic_config(
-                {
-                    k: v.value
-                    for k, v in effective_topic_config(self.config, topic.configs).items()
-                    if v.value
-                }
-            )
+            typed = topic_config(self.config, topic.configs)
+            log_append_time = typed.message_timestamp_type == "LogAppendTime"
+            config = self._log_config(topic.configs)
             for index, state in topic.partitions.items():
                 if self.config.broker_id not in state.replicas:
                     continue
                 wanted.add((topic.name, index))
                 partition = ctx.partitions.ensure(topic.name, index, config)
+                partition.log_append_time = log_append_time
                 if state.leader == self.config.broker_id:
                     if not partition.is_leader or partition.leader_epoch != state.leader_epoch:
                         partition.become_leader(state.leader_epoch)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from riverbed.hot.log import AppendResult, LogConfig, PartitionLog
 from riverbed.hot.log_manager import LogManager
 from riverbed.protocol.errors import ErrorCode, KafkaError
-from riverbed.protocol.records import BatchHeader
+from riverbed.protocol.records import BatchHeader, stamp_log_append_time
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,8 @@ class Partition:
         self.log = log
         self.leader_epoch = -1
         self.is_leader = False
+        # message.timestamp.type=LogAppendTime: the broker stamps batches with its clock.
+        self.log_append_time = False
         self.data_waiters = DataWaiters()
 
     def become_leader(self, leader_epoch: int) -> None:
@@ -77,8 +79,13 @@ class Partition:
             if current_leader_epoch < self.leader_epoch:
                 raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH, f"{self}: epoch is fenced")
 
-    def append_as_leader(self, records: memoryview, headers: list[BatchHeader]) -> AppendResult:
+    def append_as_leader(
+        self, records: memoryview, headers: list[BatchHeader], now_ms: int
+    ) -> AppendResult:
+        """Append validated batches; `now_ms` stamps them when the topic uses LogAppendTime."""
         self.check_leader()
+        if self.log_append_time:
+            headers = stamp_log_append_time(records, headers, now_ms)
         result = self.log.append(records, headers, self.leader_epoch)
         # Single replica: everything appended is committed.
         self.log.update_high_watermark(self.log.log_end_offset)

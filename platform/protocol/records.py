@@ -33,6 +33,7 @@ from riverbed.protocol.records_header import (
     batch_crc_ok,
     iter_batch_headers,
     parse_batch_header,
+    stamp_log_append_time,
     validate_records,
 )
 
@@ -68,5 +69,6 @@ __all__ = [
     "encode_batch",
     "iter_batch_headers",
     "parse_batch_header",
+    "stamp_log_append_time",
     "validate_records",
 ]

@@ -280,3 +280,35 @@ def assign_offsets(
         next_offset += header.last_offset_delta + 1
         position += header.size_bytes
     return assigned
+
+
+_ATTRIBUTES = struct.Struct(">h")
+_MAX_TIMESTAMP = struct.Struct(">q")
+_CRC = struct.Struct(">I")
+
+
+def stamp_log_append_time(
+    buf: memoryview, headers: list[BatchHeader], append_time_ms: int
+) -> list[BatchHeader]:
+    """Turn validated batches into LogAppendTime batches in place (`message.timestamp.type`).
+
+    Like Kafka for magic v2: set the timestamp-type bit and maxTimestamp in each batch header and
+    recompute the CRC (both fields are covered by it). Records keep their deltas untouched:
+    consumers take every record's timestamp from maxTimestamp when the bit is set.
+    """
+    position = 0
+    stamped = []
+    for header in headers:
+        attributes = header.attributes | TIMESTAMP_TYPE_MASK
+        _ATTRIBUTES.pack_into(buf, position + ATTRIBUTES_POSITION, attributes)
+        _MAX_TIMESTAMP.pack_into(buf, position + MAX_TIMESTAMP_POSITION, append_time_ms)
+        end = position + header.size_bytes
+        crc = crc32c.crc32c(buf[position + ATTRIBUTES_POSITION : end])
+        _CRC.pack_into(buf, position + CRC_POSITION, crc)
+        stamped.append(
+            dataclasses.replace(
+                header, attributes=attributes, max_timestamp=append_time_ms, crc=crc
+            )
+        )
+        position = end
+    return stamped

@@ -43,7 +43,8 @@ def _produce_partition(
         if not isinstance(records, memoryview) or len(records) == 0:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "produce request carries no record batch")
         headers = validate_records(records, partition.log.config.max_message_bytes)
-        result = partition.append_as_leader(records, headers)
+        now_ms = ctx.now_ms()
+        result = partition.append_as_leader(records, headers, now_ms)
     except KafkaError as error:
         return PartitionResponse(
             index=index, error_code=error.code, base_offset=-1, error_message=str(error)
@@ -52,6 +53,6 @@ def _produce_partition(
         index=index,
         error_code=ErrorCode.NONE,
         base_offset=result.first_offset,
-        log_append_time_ms=-1,
+        log_append_time_ms=now_ms if partition.log_append_time else -1,
         log_start_offset=partition.log.log_start_offset,
     )
