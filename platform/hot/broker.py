@@ -18,6 +18,7 @@ from riverbed.coordination.controller_election import ControllerElection
 from riverbed.coordination.layout import BrokerRegistration
 from riverbed.coordination.metadata import ClusterMetadataStore
 from riverbed.coordination.metadata_cache import MetadataCache, MetadataChange, MetadataWatcher
+from riverbed.coordination.producer_ids import ProducerIdAllocator, ProducerIdIssuer
 from riverbed.coordination.zk import AsyncZooKeeper
 from riverbed.hot.data_dir import check_data_dir_identity
 from riverbed.hot.dispatcher import Dispatcher
@@ -80,6 +81,7 @@ class Broker:
             cache=self._cache,
             store=self._store,
             partitions=partitions,
+            producer_ids=ProducerIdIssuer(ProducerIdAllocator(self._zk, config.broker_id)),
         )
         self._server = KafkaServer(
             config.host,
@@ -117,6 +119,10 @@ class Broker:
         await self._election.stop()
         await self._watcher.stop()
         await self._zk.stop()
+        if self._ctx is not None:
+            # The server is stopped, so there are no more appends: snapshot before closing.
+            for partition in self._ctx.partitions:
+                partition.snapshot_producer_state()
         if self._log_manager is not None:
             await asyncio.to_thread(self._log_manager.close)
         log.info("broker %d stopped cleanly", self.config.broker_id)
@@ -170,6 +176,10 @@ class Broker:
             await asyncio.sleep(CHECKPOINT_INTERVAL_S)
             # Only the checkpoint methods are safe off the loop (they only read offsets).
             await asyncio.to_thread(self._log_manager.checkpoint)
+            # Bound the idempotence state: producers idle for producer.id.expiration.ms go.
+            now_ms = self._require_ctx().now_ms()
+            for partition in self._require_ctx().partitions:
+                partition.producer_state.remove_expired(now_ms)
 
     async def _flush_loop(self) -> None:
         ctx = self._require_ctx()

@@ -8,6 +8,7 @@ from riverbed.hot.handlers.context import BrokerContext
 from riverbed.hot.handlers.describe_configs import handle_describe_configs
 from riverbed.hot.handlers.fetch import handle_fetch
 from riverbed.hot.handlers.find_coordinator import handle_find_coordinator
+from riverbed.hot.handlers.init_producer_id import handle_init_producer_id
 from riverbed.hot.handlers.list_offsets import handle_list_offsets
 from riverbed.hot.handlers.metadata import handle_metadata
 from riverbed.hot.handlers.produce import handle_produce
@@ -54,4 +55,6 @@ class Dispatcher:
                 return await handle_describe_configs(ctx, body, version)
             case m.FindCoordinatorRequest():
                 return await handle_find_coordinator(body, version)
+            case m.InitProducerIdRequest():
+                return await handle_init_producer_id(ctx, body)
         raise TypeError(f"no handler for {type(body).__name__} (api key {header.api_key})")

@@ -23,7 +23,7 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -460,6 +460,16 @@ class PartitionLog:
             region = FileRegion(os.dup(segment.fd), start, end - start)
             return ReadResult(region, header.base_offset)
         return None
+
+    def batch_headers(self, start_offset: int) -> Iterator[BatchHeader]:
+        """Headers of the batches holding offsets >= `start_offset`, oldest first: one pread of a
+        header per batch, records never read (producer state rebuilds from these)."""
+        self._check_usable()
+        for slot in range(self._segment_slot(start_offset), len(self._segments)):
+            found = self._segments[slot].find_batch(start_offset)
+            if found is not None:
+                for _, header in self._segments[slot].scan(found[0]):
+                    yield header
 
     def _end_position(self, slot: int, max_offset: int) -> int:
         """The position in segment `slot` where batches reaching `max_offset` begin.

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from riverbed.hot.log import AppendResult, LogConfig, PartitionLog
 from riverbed.hot.log_manager import LogManager
+from riverbed.hot.producer_state import DuplicateBatch, ProducerStateManager, load_producer_state
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.records import BatchHeader, stamp_log_append_time
 
@@ -46,10 +47,13 @@ class Partition:
     log end offset is also its high watermark as soon as an append returns.
     """
 
-    def __init__(self, topic: str, index: int, log: PartitionLog) -> None:
+    def __init__(
+        self, topic: str, index: int, log: PartitionLog, producer_state: ProducerStateManager
+    ) -> None:
         self.topic = topic
         self.index = index
         self.log = log
+        self.producer_state = producer_state
         self.leader_epoch = -1
         self.is_leader = False
         # message.timestamp.type=LogAppendTime: the broker stamps batches with its clock.
@@ -81,16 +85,31 @@ class Partition:
 
     def append_as_leader(
         self, records: memoryview, headers: list[BatchHeader], now_ms: int
-    ) -> AppendResult:
-        """Append validated batches; `now_ms` stamps them when the topic uses LogAppendTime."""
+    ) -> AppendResult | DuplicateBatch:
+        """Append validated batches; `now_ms` stamps them when the topic uses LogAppendTime.
+        A retried idempotent batch already in the log is not appended: its offsets come back."""
         self.check_leader()
+        # check, append, on_append: no await in between, so no other append can interleave.
+        duplicate = self.producer_state.check(headers)
+        if duplicate is not None:
+            return duplicate
         if self.log_append_time:
             headers = stamp_log_append_time(records, headers, now_ms)
         result = self.log.append(records, headers, self.leader_epoch)
+        rolled = result.segment_base_offset == result.first_offset
+        if rolled and result.first_offset > self.log.log_start_offset:
+            # Snapshot the state as of the new segment's base offset, so that reopening the
+            # log replays at most the active segment.
+            self.producer_state.take_snapshot(self.log.directory, result.first_offset)
+        self.producer_state.on_append(headers, result.first_offset)
         # Single replica: everything appended is committed.
         self.log.update_high_watermark(self.log.log_end_offset)
         self.data_waiters.wake_all()
         return result
+
+    def snapshot_producer_state(self) -> None:
+        """Called on clean shutdown, after the last append: the next open scans nothing."""
+        self.producer_state.take_snapshot(self.log.directory, self.log.log_end_offset)
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.index}"
@@ -118,11 +137,18 @@ class PartitionManager:
         return iter(list(self._partitions.values()))
 
     def ensure(self, topic: str, index: int, config: LogConfig) -> Partition:
+        """The hosted partition, opened if new; topic config changes apply live."""
         partition = self._partitions.get((topic, index))
         if partition is None:
             partition_log = self._log_manager.get_or_create(topic, index, config)
-            partition = Partition(topic, index, partition_log)
+            producer_state = load_producer_state(
+                partition_log.directory, partition_log.log_end_offset, partition_log.batch_headers
+            )
+            partition = Partition(topic, index, partition_log, producer_state)
             self._partitions[(topic, index)] = partition
+        elif partition.log.config != config:
+            partition.log.update_config(config)
+            log.info("applied new log config to %s", partition)
         return partition
 
     def remove(self, topic: str, index: int, *, delete_data: bool) -> None:

@@ -558,6 +558,32 @@ class DeleteTopicsResponse:
 
 
 @dataclass(slots=True)
+class InitProducerIdRequest:
+    """InitProducerId request (API key 22), versions 0-4."""
+
+    API_KEY: ClassVar[int] = 22
+
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = 0
+    # v3+
+    producer_id: int = -1
+    # v3+
+    producer_epoch: int = -1
+
+
+@dataclass(slots=True)
+class InitProducerIdResponse:
+    """InitProducerId response (API key 22), versions 0-4."""
+
+    API_KEY: ClassVar[int] = 22
+
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    producer_id: int = -1
+    producer_epoch: int = 0
+
+
+@dataclass(slots=True)
 class DescribeConfigsRequest:
     """DescribeConfigs request (API key 32), versions 1-4."""
 
@@ -614,6 +640,87 @@ class DescribeConfigsResponse:
     results: list[DescribeConfigsResponse.DescribeConfigsResult] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class AlterConfigsRequest:
+    """AlterConfigs request (API key 33), versions 0-2."""
+
+    API_KEY: ClassVar[int] = 33
+
+    @dataclass(slots=True)
+    class AlterConfigsResource:
+        resource_type: int = 0
+        resource_name: str = ""
+        configs: list[AlterConfigsRequest.AlterableConfig] = field(default_factory=list)
+
+    @dataclass(slots=True)
+    class AlterableConfig:
+        name: str = ""
+        value: str | None = ""
+
+    resources: list[AlterConfigsRequest.AlterConfigsResource] = field(default_factory=list)
+    validate_only: bool = False
+
+
+@dataclass(slots=True)
+class AlterConfigsResponse:
+    """AlterConfigs response (API key 33), versions 0-2."""
+
+    API_KEY: ClassVar[int] = 33
+
+    @dataclass(slots=True)
+    class AlterConfigsResourceResponse:
+        error_code: int = 0
+        error_message: str | None = ""
+        resource_type: int = 0
+        resource_name: str = ""
+
+    throttle_time_ms: int = 0
+    responses: list[AlterConfigsResponse.AlterConfigsResourceResponse] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class IncrementalAlterConfigsRequest:
+    """IncrementalAlterConfigs request (API key 44), versions 0-1."""
+
+    API_KEY: ClassVar[int] = 44
+
+    @dataclass(slots=True)
+    class AlterConfigsResource:
+        resource_type: int = 0
+        resource_name: str = ""
+        configs: list[IncrementalAlterConfigsRequest.AlterableConfig] = field(default_factory=list)
+
+    @dataclass(slots=True)
+    class AlterableConfig:
+        name: str = ""
+        config_operation: int = 0
+        value: str | None = ""
+
+    resources: list[IncrementalAlterConfigsRequest.AlterConfigsResource] = field(
+        default_factory=list
+    )
+    validate_only: bool = False
+
+
+@dataclass(slots=True)
+class IncrementalAlterConfigsResponse:
+    """IncrementalAlterConfigs response (API key 44), versions 0-1."""
+
+    API_KEY: ClassVar[int] = 44
+
+    @dataclass(slots=True)
+    class AlterConfigsResourceResponse:
+        error_code: int = 0
+        error_message: str | None = ""
+        resource_type: int = 0
+        resource_name: str = ""
+
+    throttle_time_ms: int = 0
+    responses: list[IncrementalAlterConfigsResponse.AlterConfigsResourceResponse] = field(
+        default_factory=list
+    )
+
+
 RequestBody = (
     ProduceRequest
     | FetchRequest
@@ -623,7 +730,10 @@ RequestBody = (
     | ApiVersionsRequest
     | CreateTopicsRequest
     | DeleteTopicsRequest
+    | InitProducerIdRequest
     | DescribeConfigsRequest
+    | AlterConfigsRequest
+    | IncrementalAlterConfigsRequest
 )
 ResponseBody = (
     ProduceResponse
@@ -634,7 +744,10 @@ ResponseBody = (
     | ApiVersionsResponse
     | CreateTopicsResponse
     | DeleteTopicsResponse
+    | InitProducerIdResponse
     | DescribeConfigsResponse
+    | AlterConfigsResponse
+    | IncrementalAlterConfigsResponse
 )
 
 REQUEST_CLASSES: dict[int, type[RequestBody]] = {
@@ -646,7 +759,10 @@ REQUEST_CLASSES: dict[int, type[RequestBody]] = {
     18: ApiVersionsRequest,
     19: CreateTopicsRequest,
     20: DeleteTopicsRequest,
+    22: InitProducerIdRequest,
     32: DescribeConfigsRequest,
+    33: AlterConfigsRequest,
+    44: IncrementalAlterConfigsRequest,
 }
 
 RESPONSE_CLASSES: dict[int, type[ResponseBody]] = {
@@ -658,5 +774,8 @@ RESPONSE_CLASSES: dict[int, type[ResponseBody]] = {
     18: ApiVersionsResponse,
     19: CreateTopicsResponse,
     20: DeleteTopicsResponse,
+    22: InitProducerIdResponse,
     32: DescribeConfigsResponse,
+    33: AlterConfigsResponse,
+    44: IncrementalAlterConfigsResponse,
 }

@@ -458,10 +458,6 @@ class KafkaPython:
         config: dict[str, object] = {
             "bootstrap_servers": self.bootstrap,
             "acks": "all",
-            # kafka-python 3 turns idempotence on by default and, when the broker does not
-            # advertise InitProducerId, fails every send with IncompatibleBrokerVersion instead of
-            # falling back. Riverbed does not offer idempotent producers yet.
-            "enable_idempotence": False,
             "linger_ms": LINGER_MS,
             "max_block_ms": self.produce_timeout_ms,
             "request_timeout_ms": self.produce_timeout_ms,

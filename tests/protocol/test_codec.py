@@ -44,6 +44,7 @@ with warnings.catch_warnings():
     from kafka.protocol.metadata import find_coordinator as kp_find_coordinator
     from kafka.protocol.metadata import metadata as kp_metadata
     from kafka.protocol.producer import produce as kp_produce
+    from kafka.protocol.producer import transaction as kp_transaction
 
 SPECS = load_api_specs()
 CASES = [
@@ -143,7 +144,10 @@ def test_supported_api_versions() -> None:
         18: (0, 3),
         19: (2, 7),
         20: (1, 6),
+        22: (0, 4),
         32: (1, 4),
+        33: (0, 2),
+        44: (0, 1),
     }
 
 
@@ -156,9 +160,12 @@ def test_flexible_versions() -> None:
         "Metadata": 9,
         "ApiVersions": 3,
         "FindCoordinator": 3,
+        "InitProducerId": 2,
         "CreateTopics": 5,
         "DeleteTopics": 4,
         "DescribeConfigs": 4,
+        "AlterConfigs": 2,
+        "IncrementalAlterConfigs": 1,
     }
 
 
@@ -189,7 +196,10 @@ KAFKA_PYTHON_CLASSES: dict[int, tuple[Any, Any]] = {
     18: (kp_api_versions.ApiVersionsRequest, kp_api_versions.ApiVersionsResponse),
     19: (kp_topics.CreateTopicsRequest, kp_topics.CreateTopicsResponse),
     20: (kp_topics.DeleteTopicsRequest, kp_topics.DeleteTopicsResponse),
+    22: (kp_transaction.InitProducerIdRequest, kp_transaction.InitProducerIdResponse),
     32: (kp_configs.DescribeConfigsRequest, kp_configs.DescribeConfigsResponse),
+    33: (kp_configs.AlterConfigsRequest, kp_configs.AlterConfigsResponse),
+    44: (kp_configs.IncrementalAlterConfigsRequest, kp_configs.IncrementalAlterConfigsResponse),
 }
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from riverbed.configs import BrokerConfig
 from riverbed.coordination.metadata import ClusterMetadataStore
 from riverbed.coordination.metadata_cache import MetadataCache
+from riverbed.coordination.producer_ids import ProducerIdIssuer
 from riverbed.hot.partitions import Partition, PartitionManager
 from riverbed.protocol.errors import ErrorCode, KafkaError
 
@@ -27,6 +28,7 @@ class BrokerContext:
     cache: MetadataCache
     store: ClusterMetadataStore
     partitions: PartitionManager
+    producer_ids: ProducerIdIssuer
     now_ms: Callable[[], int] = field(default=wall_clock_ms)
     # Futures of handlers waiting for a metadata change to be applied locally (see wait_until).
     _applied_waiters: set[asyncio.Future[None]] = field(default_factory=set)

@@ -1,0 +1,214 @@
+"""AlterConfigs and IncrementalAlterConfigs: change a topic's config overrides.
+
+Any broker serves these, not only the controller: Kafka's admin clients send topic config changes
+to whichever broker they like (only BROKER resources go to the broker named), and the change is
+one write of the topic's config znode, which every broker watches and applies live. The answer
+waits, boundedly, until this broker's own metadata cache shows the new overrides, so a
+DescribeConfigs sent next on the same connection reads the change back.
+
+Broker configs are static in Riverbed (read from the config file and flags at start), so a BROKER
+resource is refused with INVALID_REQUEST, as Kafka refuses a config it cannot update dynamically.
+
+The incremental form is a read-modify-write of the overrides: requests handled by one broker are
+serialized (one lock per broker context), so they never lose each other's keys; two brokers
+changing the same topic's configs at the same instant can still race (last write wins), as with
+Kafka's ZooKeeper-mode brokers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import functools
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import Final, TypeVar
+
+from riverbed.configs import (
+    TOPIC_CONFIGS,
+    BrokerConfig,
+    ConfigDef,
+    ConfigError,
+    ConfigType,
+    effective_topic_config,
+    validate_topic_configs,
+)
+from riverbed.hot.handlers.context import BrokerContext
+from riverbed.protocol import messages as m
+from riverbed.protocol.errors import ErrorCode, KafkaError
+
+RESOURCE_TOPIC: Final = 2
+RESOURCE_BROKER: Final = 4
+# How long an accepted change waits for this broker to apply it before answering anyway (the
+# change is durable in ZooKeeper by then; only read-your-writes on this broker is at stake).
+CONFIG_APPLIED_WAIT_MS_MAX: Final = 10_000
+
+AlterResult = m.AlterConfigsResponse.AlterConfigsResourceResponse
+IncrementalResult = m.IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+Overrides = dict[str, str | None]
+
+V = TypeVar("V")
+_LOCKS: weakref.WeakKeyDictionary[BrokerContext, asyncio.Lock] = weakref.WeakKeyDictionary()
+
+
+class ConfigOperation(enum.IntEnum):
+    """IncrementalAlterConfigs' per-key operations (the wire values)."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+async def handle_alter_configs(
+    ctx: BrokerContext, request: m.AlterConfigsRequest
+) -> m.AlterConfigsResponse:
+    """Replace each topic's whole set of overrides with the given configs (keys left out go back
+    to their defaults)."""
+    responses = []
+    for resource in request.resources:
+        result = AlterResult(
+            resource_type=resource.resource_type, resource_name=resource.resource_name
+        )
+        responses.append(result)
+        change = functools.partial(_replace, [(c.name, c.value) for c in resource.configs])
+        result.error_code, result.error_message = await _alter(
+            ctx, resource.resource_type, resource.resource_name, change, request.validate_only
+        )
+    return m.AlterConfigsResponse(responses=responses)
+
+
+async def handle_incremental_alter_configs(
+    ctx: BrokerContext, request: m.IncrementalAlterConfigsRequest
+) -> m.IncrementalAlterConfigsResponse:
+    """SET, DELETE, APPEND to or SUBTRACT from single keys of each topic's overrides."""
+    responses = []
+    for resource in request.resources:
+        result = IncrementalResult(
+            resource_type=resource.resource_type, resource_name=resource.resource_name
+        )
+        responses.append(result)
+        change = functools.partial(_apply_operations, ctx.config, resource.configs)
+        result.error_code, result.error_message = await _alter(
+            ctx, resource.resource_type, resource.resource_name, change, request.validate_only
+        )
+    return m.IncrementalAlterConfigsResponse(responses=responses)
+
+
+async def _alter(
+    ctx: BrokerContext,
+    resource_type: int,
+    name: str,
+    change: Callable[[Mapping[str, str]], Overrides],
+    validate_only: bool,
+) -> tuple[int, str | None]:
+    """Apply `change` to one resource; the (error code, message) of its result."""
+    try:
+        _check_topic_resource(resource_type, name)
+        async with _LOCKS.setdefault(ctx, asyncio.Lock()):
+            await _alter_topic(ctx, name, change, validate_only=validate_only)
+    except KafkaError as error:
+        return error.code, str(error)
+    return ErrorCode.NONE, None
+
+
+def _check_topic_resource(resource_type: int, name: str) -> None:
+    if resource_type == RESOURCE_BROKER:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            f"broker configs are static in Riverbed (broker {name!r}): set them in the broker's "
+            "config file or flags and restart it",
+        )
+    if resource_type != RESOURCE_TOPIC:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            f"unsupported resource type {resource_type}: only topic configs can be altered",
+        )
+
+
+async def _alter_topic(
+    ctx: BrokerContext,
+    name: str,
+    change: Callable[[Mapping[str, str]], Overrides],
+    *,
+    validate_only: bool,
+) -> None:
+    metadata = ctx.cache.topic(name)
+    if metadata is None:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+    overrides = validate_topic_configs(change(metadata.configs))  # ConfigError: INVALID_CONFIG
+    if validate_only:
+        return
+    await ctx.store.set_topic_config(name, overrides)
+
+    def applied() -> bool:
+        current = ctx.cache.topic(name)
+        return current is None or dict(current.configs) == overrides
+
+    await ctx.wait_until(applied, CONFIG_APPLIED_WAIT_MS_MAX / 1000)
+
+
+def _replace(configs: list[tuple[str, str | None]], _current: Mapping[str, str]) -> Overrides:
+    return dict(_unique(configs))
+
+
+def _apply_operations(
+    broker: BrokerConfig,
+    operations: list[m.IncrementalAlterConfigsRequest.AlterableConfig],
+    current: Mapping[str, str],
+) -> Overrides:
+    overrides: Overrides = dict(current)
+    for key, (operation, value) in _unique(
+        (op.name, (op.config_operation, op.value)) for op in operations
+    ):
+        definition = _definition(key)
+        if operation == ConfigOperation.SET:
+            overrides[key] = value
+        elif operation == ConfigOperation.DELETE:
+            overrides.pop(key, None)
+        elif operation in (ConfigOperation.APPEND, ConfigOperation.SUBTRACT):
+            items = _list_items(definition, operation, value)
+            effective = effective_topic_config(broker, current)[key].value or ""
+            present = [item for item in effective.split(",") if item]
+            if operation == ConfigOperation.APPEND:
+                updated = present + [item for item in items if item not in present]
+            else:
+                updated = [item for item in present if item not in items]
+            overrides[key] = ",".join(updated)
+        else:
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST, f"unknown config operation {operation} for {key!r}"
+            )
+    return overrides
+
+
+def _definition(key: str) -> ConfigDef:
+    definition = TOPIC_CONFIGS.get(key)
+    if definition is None:
+        raise ConfigError(
+            key, f"unknown topic config {key!r}; known topic configs: {', '.join(TOPIC_CONFIGS)}"
+        )
+    return definition
+
+
+def _list_items(definition: ConfigDef, operation: int, value: str | None) -> list[str]:
+    name = ConfigOperation(operation).name
+    if definition.type is not ConfigType.LIST:
+        list_configs = ", ".join(k for k, d in TOPIC_CONFIGS.items() if d.type is ConfigType.LIST)
+        raise ConfigError(
+            definition.name,
+            f"{name} applies only to list configs ({list_configs}), not {definition.name!r}",
+        )
+    if value is None:
+        raise ConfigError(definition.name, f"{name} of {definition.name!r} needs a value")
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _unique(pairs: Iterable[tuple[str, V]]) -> list[tuple[str, V]]:
+    """The pairs in order; INVALID_REQUEST if a key repeats (which one would win is unclear)."""
+    seen: dict[str, V] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"config {key!r} appears more than once")
+        seen[key] = value
+    return list(seen.items())
