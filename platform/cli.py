@@ -21,7 +21,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from riverbed.client.admin import Admin
-from riverbed.configs import BrokerConfig, ConfigError, parse_properties
+from riverbed.configs import BrokerConfig, parse_properties
+from riverbed.coordination.embedded_zk import (
+    EmbeddedZooKeeper,
+    ZooKeeperNotInstalledError,
+    ZooKeeperStartError,
+)
+from riverbed.coordination.metadata import BrokerIdConflictError
+from riverbed.coordination.zk import ZkError
+from riverbed.hot.log_manager import DataDirLockedError
 from riverbed.protocol.errors import KafkaError
 
 log = logging.getLogger("riverbed")
@@ -37,6 +45,21 @@ class CliError(Exception):
     """A user-facing failure: printed as one line, exit status 1."""
 
 
+# Failures a user can cause or fix (flags, configs, ZooKeeper, data dir, Kafka errors): printed as
+# one line. Anything else is a bug and keeps its traceback.
+USER_ERRORS = (
+    CliError,
+    KafkaError,  # includes riverbed.configs.ConfigError
+    ValueError,
+    OSError,
+    ZkError,
+    ZooKeeperNotInstalledError,
+    ZooKeeperStartError,
+    BrokerIdConflictError,
+    DataDirLockedError,
+)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -44,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         command: Callable[[argparse.Namespace], int] = args.command
         sys.exit(command(args))
-    except (CliError, ConfigError, KafkaError, ValueError, OSError) as error:
+    except USER_ERRORS as error:
         print(f"riverbed: error: {_describe(error)}", file=sys.stderr)
         sys.exit(EXIT_FAILURE)
     except KeyboardInterrupt:
@@ -163,8 +186,6 @@ def _run_broker(args: argparse.Namespace) -> int:
 
 def _run_dev(args: argparse.Namespace) -> int:
     """`make run`: a local ZooKeeper from Debian's package and one broker, under --data-dir."""
-    from riverbed.coordination.embedded_zk import EmbeddedZooKeeper
-
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     host, _, port = args.listen.rpartition(":")

@@ -9,6 +9,7 @@ gets correct answers. Shutdown runs the other way round and ends with a clean-sh
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -44,7 +45,9 @@ class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self._zk = AsyncZooKeeper(
-            config.zookeeper_connect, session_timeout_ms=config.zookeeper_session_timeout_ms
+            config.zookeeper_connect,
+            session_timeout_ms=config.zookeeper_session_timeout_ms,
+            connect_timeout_ms=config.zookeeper_connect_timeout_ms,
         )
         self._store = ClusterMetadataStore(self._zk)
         self._cache = MetadataCache()
@@ -53,7 +56,7 @@ class Broker:
         self._log_manager: LogManager | None = None
         self._server: KafkaServer | None = None
         self._ctx: BrokerContext | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._exit_stack = contextlib.AsyncExitStack()
 
     @property
     def port(self) -> int:
@@ -62,17 +65,23 @@ class Broker:
         return self._server.port
 
     async def start(self) -> None:
+        """Start every part in order; each part started registers how to stop it, so `stop()`
+        after a failed start unwinds exactly what was started."""
         config = self.config
+        stack = self._exit_stack
         data_dir = Path(config.log_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         # Local logs first: recovery must finish before anything is served.
         self._log_manager = await asyncio.to_thread(LogManager, data_dir, self._log_config({}))
+        stack.push_async_callback(self._close_logs)
         partitions = PartitionManager(self._log_manager)
         await self._zk.start()
+        stack.push_async_callback(self._zk.stop)
         await self._store.ensure_layout()
         cluster_id = await self._store.ensure_cluster_id()
         check_data_dir_identity(data_dir, cluster_id=cluster_id, broker_id=config.broker_id)
         await self._watcher.start()
+        stack.push_async_callback(self._watcher.stop)
         self._ctx = BrokerContext(
             broker_id=config.broker_id,
             host=config.advertised_host,
@@ -96,11 +105,14 @@ class Broker:
             )
         )
         await self._election.start()
+        stack.push_async_callback(self._election.stop)
         await self._cache_caught_up()
         self._apply_metadata()
         await self._server.start()
-        self._tasks.append(asyncio.create_task(self._checkpoint_loop(), name="checkpoints"))
-        self._tasks.append(asyncio.create_task(self._flush_loop(), name="flush"))
+        stack.push_async_callback(self._server.stop)
+        for loop, name in ((self._checkpoint_loop, "checkpoints"), (self._flush_loop, "flush")):
+            task = asyncio.create_task(loop(), name=name)
+            stack.push_async_callback(_cancel, task)
         log.info(
             "broker %d listening on %s:%d (cluster %s)",
             config.broker_id,
@@ -111,21 +123,16 @@ class Broker:
 
     async def stop(self) -> None:
         """Clean shutdown: stop serving, leave the cluster, close logs with a clean marker."""
-        if self._server is not None:
-            await self._server.stop()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._election.stop()
-        await self._watcher.stop()
-        await self._zk.stop()
+        await self._exit_stack.aclose()
+        log.info("broker %d stopped", self.config.broker_id)
+
+    async def _close_logs(self) -> None:
         if self._ctx is not None:
             # The server is stopped, so there are no more appends: snapshot before closing.
             for partition in self._ctx.partitions:
                 partition.snapshot_producer_state()
         if self._log_manager is not None:
             await asyncio.to_thread(self._log_manager.close)
-        log.info("broker %d stopped cleanly", self.config.broker_id)
 
     def _log_config(self, overrides: Mapping[str, str]) -> LogConfig:
         effective = effective_topic_config(self.config, overrides)
@@ -192,3 +199,8 @@ class Broker:
         if self._ctx is None:
             raise RuntimeError("broker is not started")
         return self._ctx
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)

@@ -129,3 +129,27 @@ def test_config_file_uses_kafka_names(tmp_path: Path, zk_connect: str) -> None:
         assert len(json.loads(described.stdout)["partitions"]) == 4
     finally:
         broker.kill()
+
+
+def test_unreachable_zookeeper_is_one_line(tmp_path: Path) -> None:
+    result = riverbed(
+        "broker", "--id", "1", "--listen", f"127.0.0.1:{free_port()}",
+        "--data-dir", str(tmp_path / "data"), "--zookeeper", f"127.0.0.1:{free_port()}",
+        "--set", "zookeeper.connection.timeout.ms=2000",
+    )  # fmt: skip
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("riverbed: error:")]
+    assert errors == [errors[0]] and "could not connect to ZooKeeper" in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_second_broker_on_the_same_data_dir_is_refused(
+    broker: BrokerProcess, zk_connect: str
+) -> None:
+    result = riverbed(
+        "broker", "--id", "2", "--listen", f"127.0.0.1:{free_port()}",
+        "--data-dir", str(broker.data_dir), "--zookeeper", zk_connect,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("riverbed: error:")
+    assert "Traceback" not in result.stderr
