@@ -19,12 +19,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import produce_consume, startup
+from bench import client_throughput, produce_consume, startup
 from bench.machine import machine_info
 from bench.options import BenchOptions, BenchResult
 
 BENCHMARKS: dict[str, Callable[[BenchOptions], BenchResult]] = {
     produce_consume.NAME: produce_consume.run,
+    client_throughput.NAME: client_throughput.run,
     startup.NAME: startup.run,
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

@@ -4,13 +4,21 @@ Version negotiation lives here and only here: the connection sends ApiVersions o
 broker's ranges, and `request()` encodes each body at the highest version both sides support.
 Responses are matched to requests by correlation id by a single reader task owned by the
 connection; `close()` stops it and fails whatever is still waiting.
+
+The connection's life is `state` (an explicit enum, changed only in `_shut`): OPEN until it is
+closed locally, the broker hangs up, the broker's bytes stop making sense, or a request times
+out (as Kafka's clients do: a response that never came leaves the stream's state unknown). Then
+it is CLOSED for good, every waiting request fails with ConnectionClosedError, and the
+close callbacks run (the pool drops it and marks metadata stale).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+import enum
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from riverbed.protocol import messages as m
 from riverbed.protocol.connection import (
@@ -19,7 +27,7 @@ from riverbed.protocol.connection import (
     ResponseReceived,
     supported_api_versions,
 )
-from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.protocol.errors import ErrorCode, KafkaError, ProtocolDecodeError
 from riverbed.protocol.messages import RequestBody
 
 READ_CHUNK_BYTES = 256 * 1024
@@ -27,9 +35,16 @@ READ_CHUNK_BYTES = 256 * 1024
 # max.in.flight.requests.per.connection default is 5; admin traffic needs few).
 IN_FLIGHT_REQUESTS_MAX = 16
 
+ResponseT = TypeVar("ResponseT")
+
 
 class ConnectionClosedError(ConnectionError):
     """The broker closed the connection, or it was closed locally."""
+
+
+class ConnectionState(enum.Enum):
+    OPEN = "open"
+    CLOSED = "closed"
 
 
 class BrokerConnection:
@@ -40,15 +55,19 @@ class BrokerConnection:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         client_id: str,
+        address: tuple[str, int] = ("", 0),
     ) -> None:
+        self.address = address
+        self.state = ConnectionState.OPEN
+        self.close_reason: str | None = None
         self._reader = reader
         self._writer = writer
         self._protocol = ClientConnection(client_id=client_id)
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._slots = asyncio.Semaphore(IN_FLIGHT_REQUESTS_MAX)
-        self._broker_versions: dict[int, tuple[int, int]] = {}
+        self._versions: dict[int, int] = {}  # api key -> negotiated version
+        self._close_callbacks: list[Callable[[BrokerConnection], None]] = []
         self._reader_task = asyncio.create_task(self._read_loop(), name="broker-connection-reader")
-        self._closed = False
 
     @classmethod
     async def open(
@@ -57,56 +76,104 @@ class BrokerConnection:
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(host, port), timeout_ms / 1000
         )
-        connection = cls(reader, writer, client_id)
+        connection = cls(reader, writer, client_id, (host, port))
         try:
             response = await connection._send(m.ApiVersionsRequest(), 0, timeout_ms)
             if response.error_code != ErrorCode.NONE:
                 raise KafkaError(ErrorCode(response.error_code), "ApiVersions failed")
-            connection._broker_versions = {
-                k.api_key: (k.min_version, k.max_version) for k in response.api_keys
-            }
+            connection._negotiate(
+                {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+            )
         except BaseException:
             await connection.close()
             raise
         return connection
 
+    @property
+    def closed(self) -> bool:
+        return self.state is ConnectionState.CLOSED
+
+    @property
+    def in_flight_count(self) -> int:
+        """Requests sent and not yet answered."""
+        return len(self._pending)
+
+    def _negotiate(self, broker_versions: dict[int, tuple[int, int]]) -> None:
+        """Keep the highest common version of each API both sides implement (once: it is looked
+        up for every request)."""
+        self._versions = {}
+        for api_key, (low, high) in supported_api_versions().items():
+            theirs = broker_versions.get(api_key)
+            if theirs is not None and max(low, theirs[0]) <= min(high, theirs[1]):
+                self._versions[api_key] = min(high, theirs[1])
+
+    def supports(self, api_key: int) -> bool:
+        """Whether the broker and this client share a version of `api_key`."""
+        return api_key in self._versions
+
     def version_for(self, api_key: int) -> int:
         """The highest version of `api_key` both this client and the broker implement."""
-        ours = supported_api_versions().get(api_key)
-        theirs = self._broker_versions.get(api_key)
-        if ours is None or theirs is None or max(ours[0], theirs[0]) > min(ours[1], theirs[1]):
+        version = self._versions.get(api_key)
+        if version is None:
             raise KafkaError(
                 ErrorCode.UNSUPPORTED_VERSION, f"no common version for API key {api_key}"
             )
-        return min(ours[1], theirs[1])
+        return version
+
+    def add_close_callback(self, callback: Callable[[BrokerConnection], None]) -> None:
+        """Call `callback(self)` once when the connection closes (at once if it already has)."""
+        if self.closed:
+            callback(self)
+        else:
+            self._close_callbacks.append(callback)
 
     async def request(self, body: RequestBody, *, timeout_ms: int = 30_000) -> Any:
-        """Send `body` at the negotiated version and return the decoded response body."""
+        """Send `body` at the negotiated version and return the decoded response body.
+
+        A ProduceRequest with acks=0 gets no response: this returns None once it is written.
+        """
         return await self._send(body, self.version_for(body.API_KEY), timeout_ms)
 
+    async def call(
+        self, body: RequestBody, response_type: type[ResponseT], *, timeout_ms: int = 30_000
+    ) -> ResponseT:
+        """`request()` typed: the response must be a `response_type`."""
+        response = await self.request(body, timeout_ms=timeout_ms)
+        if not isinstance(response, response_type):
+            raise ProtocolDecodeError(
+                f"expected {response_type.__name__}, got {type(response).__name__}"
+            )
+        return response
+
     async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._reader_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._reader_task
-        self._fail_pending(ConnectionClosedError("connection closed"))
-        self._writer.close()
+        self._shut("closed locally")
+        if self._reader_task is not asyncio.current_task():
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader_task
         with contextlib.suppress(Exception):
             await self._writer.wait_closed()
 
     async def _send(self, body: RequestBody, version: int, timeout_ms: int) -> Any:
-        if self._closed:
-            raise ConnectionClosedError("connection closed")
         async with self._slots:
+            if self.closed:
+                raise ConnectionClosedError(f"connection closed: {self.close_reason}")
             correlation_id, data = self._protocol.send_request(body, version)
+            if isinstance(body, m.ProduceRequest) and body.acks == 0:
+                self._writer.write(data)
+                await self._writer.drain()
+                return None
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             self._pending[correlation_id] = future
             try:
                 self._writer.write(data)
                 await self._writer.drain()
                 return await asyncio.wait_for(future, timeout_ms / 1000)
+            except TimeoutError:
+                self._shut(f"no response to {type(body).__name__} within {timeout_ms} ms")
+                raise
+            except OSError as error:
+                self._shut(f"write failed: {error}")
+                raise ConnectionClosedError(f"connection closed: {error}") from error
             finally:
                 self._pending.pop(correlation_id, None)
 
@@ -123,10 +190,22 @@ class BrokerConnection:
                     future = self._pending.get(event.correlation_id)
                     if future is not None and not future.done():
                         future.set_result(event.body)
-        except (ConnectionError, OSError) as error:
-            self._fail_pending(error)
+        except (OSError, ProtocolDecodeError) as error:
+            self._shut(str(error) or type(error).__name__)
 
-    def _fail_pending(self, error: BaseException) -> None:
+    def _shut(self, reason: str) -> None:
+        """The one place the state changes: OPEN -> CLOSED, synchronously."""
+        if self.closed:
+            return
+        self.state = ConnectionState.CLOSED
+        self.close_reason = reason
+        if self._reader_task is not asyncio.current_task():
+            self._reader_task.cancel()
+        error = ConnectionClosedError(f"connection to {self.address} closed: {reason}")
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(error)
+        self._writer.close()
+        callbacks, self._close_callbacks = self._close_callbacks, []
+        for callback in callbacks:
+            callback(self)

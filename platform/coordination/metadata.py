@@ -13,7 +13,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Final
 
 from riverbed.configs import validate_topic_configs
@@ -258,26 +258,48 @@ class ClusterMetadataStore:
 
     async def set_topic_config(self, name: str, configs: Mapping[str, str | None]) -> None:
         """Replace the topic's config overrides (validated) with `configs`."""
-        overrides = validate_topic_configs(configs)
-        data = TopicConfigOverrides(overrides).encode()
+        await self.update_topic_config(name, lambda _current: configs)
+
+    async def update_topic_config(
+        self,
+        name: str,
+        change: Callable[[Mapping[str, str]], Mapping[str, str | None]],
+        *,
+        validate_only: bool = False,
+    ) -> dict[str, str]:
+        """Read-modify-write of a topic's overrides: `change(current)` gives the new ones.
+
+        The write is conditional on the config znode's version (and on the topic existing), so
+        two brokers changing one topic at once never lose a change: the loser re-reads and
+        re-applies its change. Returns the validated overrides (written unless `validate_only`).
+        """
         config_path = layout.topic_config_path(name)
         check = CheckOp(layout.topic_path(name), -1)  # -1: any version, but it must exist
         for _ in range(CONDITIONAL_WRITE_ATTEMPTS_MAX):
-            write = (
-                SetOp(config_path, data)
-                if await self.zk.exists(config_path)
-                else CreateOp(config_path, data)
+            try:
+                data, stat = await self.zk.get(config_path)
+                current, version = TopicConfigOverrides.decode(name, data).config, stat.version
+            except NoNodeError:
+                current, version = {}, None
+            overrides = validate_topic_configs(change(current))
+            if validate_only:
+                return overrides
+            encoded = TopicConfigOverrides(overrides).encode()
+            write: TransactionOp = (
+                CreateOp(config_path, encoded)
+                if version is None
+                else SetOp(config_path, encoded, version)
             )
             try:
                 await self.zk.transaction([check, write])
-                return
+                return overrides
             except NoNodeError as error:
                 if error.path == check.path:
                     raise KafkaError(
                         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
                     ) from error
-            except NodeExistsError:
-                pass  # created concurrently: set it instead
+            except (NodeExistsError, BadVersionError):
+                pass  # changed concurrently: read again and re-apply
         raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"config of {name!r} kept changing")
 
     async def get_partition_state(self, topic: str, partition: int) -> tuple[PartitionState, int]:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from riverbed.hot.handlers.admin_topics import handle_create_topics, handle_delete_topics
+from riverbed.hot.handlers.alter_configs import (
+    handle_alter_configs,
+    handle_incremental_alter_configs,
+)
 from riverbed.hot.handlers.api_versions import handle_api_versions
 from riverbed.hot.handlers.context import BrokerContext
 from riverbed.hot.handlers.describe_configs import handle_describe_configs
@@ -55,6 +59,10 @@ class Dispatcher:
                 return await handle_describe_configs(ctx, body, version)
             case m.FindCoordinatorRequest():
                 return await handle_find_coordinator(body, version)
+            case m.AlterConfigsRequest():
+                return await handle_alter_configs(ctx, body)
+            case m.IncrementalAlterConfigsRequest():
+                return await handle_incremental_alter_configs(ctx, body)
             case m.InitProducerIdRequest():
                 return await handle_init_producer_id(ctx, body)
         raise TypeError(f"no handler for {type(body).__name__} (api key {header.api_key})")

@@ -9,18 +9,15 @@ DescribeConfigs sent next on the same connection reads the change back.
 Broker configs are static in Riverbed (read from the config file and flags at start), so a BROKER
 resource is refused with INVALID_REQUEST, as Kafka refuses a config it cannot update dynamically.
 
-The incremental form is a read-modify-write of the overrides: requests handled by one broker are
-serialized (one lock per broker context), so they never lose each other's keys; two brokers
-changing the same topic's configs at the same instant can still race (last write wins), as with
-Kafka's ZooKeeper-mode brokers.
+The incremental form is a read-modify-write of the overrides, made conditional on the config
+znode's version by ClusterMetadataStore.update_topic_config: concurrent changes, on one broker or
+several, never lose each other's keys (the loser re-reads and re-applies its operations).
 """
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import functools
-import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final, TypeVar
 
@@ -31,7 +28,6 @@ from riverbed.configs import (
     ConfigError,
     ConfigType,
     effective_topic_config,
-    validate_topic_configs,
 )
 from riverbed.hot.handlers.context import BrokerContext
 from riverbed.protocol import messages as m
@@ -48,7 +44,6 @@ IncrementalResult = m.IncrementalAlterConfigsResponse.AlterConfigsResourceRespon
 Overrides = dict[str, str | None]
 
 V = TypeVar("V")
-_LOCKS: weakref.WeakKeyDictionary[BrokerContext, asyncio.Lock] = weakref.WeakKeyDictionary()
 
 
 class ConfigOperation(enum.IntEnum):
@@ -105,8 +100,7 @@ async def _alter(
     """Apply `change` to one resource; the (error code, message) of its result."""
     try:
         _check_topic_resource(resource_type, name)
-        async with _LOCKS.setdefault(ctx, asyncio.Lock()):
-            await _alter_topic(ctx, name, change, validate_only=validate_only)
+        await _alter_topic(ctx, name, change, validate_only=validate_only)
     except KafkaError as error:
         return error.code, str(error)
     return ErrorCode.NONE, None
@@ -136,10 +130,10 @@ async def _alter_topic(
     metadata = ctx.cache.topic(name)
     if metadata is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
-    overrides = validate_topic_configs(change(metadata.configs))  # ConfigError: INVALID_CONFIG
+    # A conditional read-modify-write in ZooKeeper; ConfigError is INVALID_CONFIG.
+    overrides = await ctx.store.update_topic_config(name, change, validate_only=validate_only)
     if validate_only:
         return
-    await ctx.store.set_topic_config(name, overrides)
 
     def applied() -> bool:
         current = ctx.cache.topic(name)

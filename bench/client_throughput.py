@@ -1,0 +1,292 @@
+"""Riverbed's asyncio client against aiokafka and confluent-kafka: 1M x 100-byte records.
+
+Everything runs on this machine in one run, against one Riverbed broker (its own process, fresh
+data dir): each client produces the same records to a topic of its own (acks=all, linger 5 ms,
+no compression, one partition), then each consumer reads the same topic, the one
+confluent-kafka wrote, from offset 0.
+
+- Produce: the clock runs from the first send until every record is acknowledged.
+- Consume: partition 0 assigned, position at offset 0, clock from the first fetch to the last
+  record; records are counted per batch (`getmany` / `consume`), as an application would.
+- Each client connects and learns the partition's leader before its clock starts.
+
+Riverbed's Producer is not measured yet (it lands separately); the produce ratio is then left
+out rather than guessed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiokafka
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition, libversion
+
+from bench.kafka_clients import create_topic
+from bench.machine import package_version
+from bench.options import BenchOptions, BenchResult, Headline, Ratio
+from bench.procs import Broker, ProcessFailed, zookeeper
+from bench.produce_consume import CONSUMER_CONFIG, payload, produce
+
+NAME = "client_throughput"
+RECORDS_FULL = 1_000_000
+RECORDS_QUICK = 100_000
+VALUE_BYTES = 100
+BROKER_START_TIMEOUT_S = 120.0
+CONSUME_TIMEOUT_S = 600.0
+# Records per getmany()/consume() call: large enough that the loop around it costs nothing.
+CONSUME_BATCH_MAX = 10_000
+# The fetch sizes of produce_consume's confluent-kafka consumer, for every client.
+FETCH_MAX_BYTES = 50 * 1024 * 1024
+PARTITION_FETCH_MAX_BYTES = 10 * 1024 * 1024
+FETCH_MAX_WAIT_MS = 100
+# aiokafka producer: ~1 MB batches like the confluent-kafka producer of produce_consume.
+AIOKAFKA_BATCH_BYTES = 1_000_000
+AIOKAFKA_REQUEST_BYTES_MAX = 2 * AIOKAFKA_BATCH_BYTES
+CONSUME_GOAL = 2.0  # the issue's goal: Riverbed consume >= 2x aiokafka
+
+
+def run(options: BenchOptions) -> BenchResult:
+    records = RECORDS_QUICK if options.quick else RECORDS_FULL
+    value = payload(VALUE_BYTES)
+    with tempfile.TemporaryDirectory(prefix=f"{NAME}-", dir=options.work_dir) as scratch:
+        scratch_dir = Path(scratch)
+        data_dir = scratch_dir / "broker-data"
+        data_dir.mkdir()
+        with zookeeper(scratch_dir / "zookeeper") as zk_connect:
+            log_path = options.work_dir / "logs" / f"{NAME}-broker.log"
+            broker = Broker(data_dir, zk_connect, options.broker_settings, log_path)
+            try:
+                broker.start(BROKER_START_TIMEOUT_S)
+                measurements = measure(broker, records, value)
+                broker.terminate()
+            finally:
+                broker.close()
+    return summarize(records, measurements, options)
+
+
+def measure(broker: Broker, records: int, value: bytes) -> dict[str, Any]:
+    topics = {name: f"{NAME}-{name}" for name in ("confluent", "aiokafka")}
+    for topic in topics.values():
+        create_topic(broker.bootstrap, topic, partitions=1)
+    produced = {
+        "confluent-kafka": _produce_confluent(broker, topics["confluent"], records, value),
+        "aiokafka": asyncio.run(
+            _produce_aiokafka(broker.bootstrap, topics["aiokafka"], records, value)
+        ),
+    }
+    source = topics["confluent"]
+    consumed = {
+        "riverbed": asyncio.run(_consume_riverbed(broker.bootstrap, source, records, value)),
+        "aiokafka": asyncio.run(_consume_aiokafka(broker.bootstrap, source, records, value)),
+        "confluent-kafka": _consume_confluent(broker.bootstrap, source, records, value),
+    }
+    return {"produce": produced, "consume": consumed}
+
+
+def _produce_confluent(broker: Broker, topic: str, records: int, value: bytes) -> dict[str, Any]:
+    import bench.produce_consume as produce_consume
+
+    # produce_consume's producer (acks=all, linger 5 ms, ~1 MB batches) writes to its TOPIC.
+    saved, produce_consume.TOPIC = produce_consume.TOPIC, topic
+    try:
+        result = produce(broker, records, value)
+    finally:
+        produce_consume.TOPIC = saved
+    return {key: result[key] for key in ("records", "seconds", "records_per_s", "client_cpu_s")}
+
+
+async def _produce_aiokafka(
+    bootstrap: str, topic: str, records: int, value: bytes
+) -> dict[str, Any]:
+    producer = aiokafka.AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        linger_ms=5,
+        max_batch_size=AIOKAFKA_BATCH_BYTES,
+        max_request_size=AIOKAFKA_REQUEST_BYTES_MAX,
+        enable_idempotence=False,
+    )
+    await producer.start()
+    try:
+        await producer.partitions_for(topic)
+        cpu_before = time.process_time()
+        started = time.perf_counter()
+        futures = [await producer.send(topic, value, partition=0) for _ in range(records)]
+        await producer.flush()
+        elapsed_s = time.perf_counter() - started
+        cpu_s = time.process_time() - cpu_before
+        failed = [f for f in futures if f.exception() is not None]
+    finally:
+        await producer.stop()
+    if failed:
+        raise ProcessFailed(f"aiokafka: {len(failed)} records failed: {failed[0].exception()}")
+    return _rate(records, elapsed_s, cpu_s)
+
+
+async def _consume_riverbed(
+    bootstrap: str, topic: str, records: int, value: bytes
+) -> dict[str, Any]:
+    from riverbed.client.consumer import Consumer as RiverbedConsumer
+    from riverbed.client.types import TopicPartition as RiverbedTopicPartition
+
+    tp = RiverbedTopicPartition(topic, 0)
+    async with RiverbedConsumer(
+        bootstrap_servers=bootstrap,
+        fetch_max_bytes=FETCH_MAX_BYTES,
+        max_partition_fetch_bytes=PARTITION_FETCH_MAX_BYTES,
+        fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+    ) as consumer:
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        cpu_before = time.process_time()
+        started = time.perf_counter()
+        deadline = time.monotonic() + CONSUME_TIMEOUT_S
+        count = 0
+        first = last = None
+        while count < records:
+            if time.monotonic() > deadline:
+                raise ProcessFailed(f"riverbed consumed {count} of {records}")
+            batches = await consumer.getmany(max_records=CONSUME_BATCH_MAX, timeout_ms=1000)
+            for batch in batches.values():
+                if first is None:
+                    first = (batch[0].offset, batch[0].value)
+                last = (batch[-1].offset, batch[-1].value)
+                count += len(batch)
+        elapsed_s = time.perf_counter() - started
+        cpu_s = time.process_time() - cpu_before
+    _check("riverbed", records, value, first, last)
+    return _rate(count, elapsed_s, cpu_s)
+
+
+async def _consume_aiokafka(
+    bootstrap: str, topic: str, records: int, value: bytes
+) -> dict[str, Any]:
+    consumer = aiokafka.AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        fetch_max_bytes=FETCH_MAX_BYTES,
+        max_partition_fetch_bytes=PARTITION_FETCH_MAX_BYTES,
+        fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+    )
+    await consumer.start()
+    try:
+        tp = aiokafka.TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        cpu_before = time.process_time()
+        started = time.perf_counter()
+        deadline = time.monotonic() + CONSUME_TIMEOUT_S
+        count = 0
+        first = last = None
+        while count < records:
+            if time.monotonic() > deadline:
+                raise ProcessFailed(f"aiokafka consumed {count} of {records}")
+            batches = await consumer.getmany(max_records=CONSUME_BATCH_MAX, timeout_ms=1000)
+            for batch in batches.values():
+                if first is None:
+                    first = (batch[0].offset, batch[0].value)
+                last = (batch[-1].offset, batch[-1].value)
+                count += len(batch)
+        elapsed_s = time.perf_counter() - started
+        cpu_s = time.process_time() - cpu_before
+    finally:
+        await consumer.stop()
+    _check("aiokafka", records, value, first, last)
+    return _rate(count, elapsed_s, cpu_s)
+
+
+def _consume_confluent(bootstrap: str, topic: str, records: int, value: bytes) -> dict[str, Any]:
+    consumer = Consumer(
+        {**CONSUMER_CONFIG, "bootstrap.servers": bootstrap, "group.id": f"{NAME}-confluent"}
+    )
+    try:
+        consumer.list_topics(topic, timeout=30)
+        cpu_before = time.process_time()
+        started = time.perf_counter()
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + CONSUME_TIMEOUT_S
+        count = 0
+        first = last = None
+        while count < records:
+            if time.monotonic() > deadline:
+                raise ProcessFailed(f"confluent-kafka consumed {count} of {records}")
+            batch = consumer.consume(num_messages=CONSUME_BATCH_MAX, timeout=1.0)
+            if not batch:
+                continue
+            if batch[0].error() is not None:
+                raise ProcessFailed(str(batch[0].error()))
+            if first is None:
+                first = (batch[0].offset(), batch[0].value())
+            last = (batch[-1].offset(), batch[-1].value())
+            count += len(batch)
+        elapsed_s = time.perf_counter() - started
+        cpu_s = time.process_time() - cpu_before
+    finally:
+        consumer.close()
+    _check("confluent-kafka", records, value, first, last)
+    return _rate(count, elapsed_s, cpu_s)
+
+
+def _check(client: str, records: int, value: bytes, first: object, last: object) -> None:
+    if first != (0, value) or last != (records - 1, value):
+        raise ProcessFailed(f"{client} consumed the wrong records: {first=} {last=}")
+
+
+def _rate(records: int, elapsed_s: float, cpu_s: float) -> dict[str, Any]:
+    return {
+        "records": records,
+        "seconds": elapsed_s,
+        "records_per_s": records / elapsed_s,
+        "client_cpu_s": cpu_s,
+    }
+
+
+def summarize(records: int, measured: dict[str, Any], options: BenchOptions) -> BenchResult:
+    consume = {name: float(m["records_per_s"]) for name, m in measured["consume"].items()}
+    produce_rates = {name: float(m["records_per_s"]) for name, m in measured["produce"].items()}
+    headlines = [
+        Headline(label=f"{name} consume", value=rate, unit="records/s")
+        for name, rate in consume.items()
+    ] + [
+        Headline(label=f"{name} produce (acks=all)", value=rate, unit="records/s")
+        for name, rate in produce_rates.items()
+    ]
+    riverbed_vs_aiokafka = consume["riverbed"] / consume["aiokafka"]
+    ratios: list[Ratio] = [
+        {
+            "label": "Riverbed consume / aiokafka consume",
+            "value": riverbed_vs_aiokafka,
+            "goal": f">= {CONSUME_GOAL:g}",
+            "met": riverbed_vs_aiokafka >= CONSUME_GOAL,
+        },
+        {
+            "label": "Riverbed consume / confluent-kafka consume",
+            "value": consume["riverbed"] / consume["confluent-kafka"],
+            "goal": "context (librdkafka is C)",
+            "met": None,
+        },
+    ]
+    return {
+        "parameters": {
+            "records": records,
+            "value_bytes": VALUE_BYTES,
+            "topic_partitions": 1,
+            "consume_batch_max": CONSUME_BATCH_MAX,
+            "fetch_max_bytes": FETCH_MAX_BYTES,
+            "max_partition_fetch_bytes": PARTITION_FETCH_MAX_BYTES,
+            "fetch_max_wait_ms": FETCH_MAX_WAIT_MS,
+            "broker_settings": options.broker_settings,
+        },
+        "tools": {
+            "aiokafka": package_version("aiokafka"),
+            "confluent-kafka": package_version("confluent-kafka"),
+            "librdkafka": str(libversion()[0]),
+        },
+        "measurements": measured,
+        "headlines": headlines,
+        "ratios": ratios,
+    }

@@ -1,0 +1,281 @@
+"""Client settings: Kafka's names with dots as underscores, Kafka's defaults, checked up front.
+
+Every setting is declared once in `SETTINGS` (default, parser/validator, meaning). Each client
+declares the settings it accepts as the fields of a frozen dataclass (`ProducerSettings`,
+`ConsumerSettings`, `AdminSettings`) and builds it with `from_kwargs(kwargs)`, which:
+
+- refuses an unknown name with a `TypeError` naming it and the closest known name;
+- parses each value (`acks="all"` becomes -1, `"127.0.0.1:9092,h:9093"` becomes address pairs)
+  and refuses a bad one with a `ValueError` naming the setting and what it accepts;
+- fills the rest with Kafka's defaults, and records which names the user set (`explicit`),
+  because some defaults give way to explicit settings (idempotence, delivery.timeout.ms).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final
+
+from riverbed.protocol.compression import CompressionType
+
+INT32_MAX: Final = 2**31 - 1
+ACKS_ALL: Final = -1
+# Kafka's limit for an idempotent producer: the broker keeps the last five batches per producer
+# for de-duplication, so at most five requests per partition may be unanswered.
+IDEMPOTENT_IN_FLIGHT_MAX: Final = 5
+
+Parser = Callable[[str, object], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One setting: its default (already parsed) and the parser that checks a user's value."""
+
+    default: object
+    parse: Parser
+    doc: str
+
+
+def _int_in(low: int, high: int = INT32_MAX) -> Parser:
+    def parse(name: str, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ValueError(f"{name} must be an int in {low}..{high}, got {value!r}")
+        return value
+
+    return parse
+
+
+def _choice(*allowed: str) -> Parser:
+    def parse(name: str, value: object) -> str:
+        if not isinstance(value, str) or value.lower() not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+        return value.lower()
+
+    return parse
+
+
+def _bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def _str(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a str, got {value!r}")
+    return value
+
+
+def _optional_str(name: str, value: object) -> str | None:
+    return None if value is None else _str(name, value)
+
+
+def _acks(name: str, value: object) -> int:
+    """ "all", "-1", -1 -> -1 (the leader waits for the in-sync replicas); "1"/1; "0"/0."""
+    normalized = {"all": ACKS_ALL, "-1": ACKS_ALL, "0": 0, "1": 1, -1: ACKS_ALL, 0: 0, 1: 1}
+    if isinstance(value, bool) or not isinstance(value, str | int) or value not in normalized:
+        raise ValueError(f'{name} must be one of "all" (or -1), 1, 0; got {value!r}')
+    return normalized[value]
+
+
+def _bootstrap(name: str, value: object) -> tuple[tuple[str, int], ...]:
+    """ "host:port[,host:port...]" or a list of "host:port" -> ((host, port), ...)."""
+    if isinstance(value, str):
+        entries = value.split(",")
+    elif isinstance(value, list | tuple) and all(isinstance(entry, str) for entry in value):
+        entries = list(value)
+    else:
+        raise ValueError(f'{name} must be "host:port[,host:port...]" or a list; got {value!r}')
+    addresses = []
+    for entry in entries:
+        host, sep, port = entry.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{name}: {entry!r} is not HOST:PORT")
+        addresses.append((host.strip("[]"), int(port)))
+    if not addresses:
+        raise ValueError(f"{name} names no broker")
+    return tuple(addresses)
+
+
+SETTINGS: Final[dict[str, Setting]] = {
+    # Every client
+    "bootstrap_servers": Setting(None, _bootstrap, "brokers to ask for cluster metadata first"),
+    "client_id": Setting("riverbed", _str, "sent with every request, for the brokers' logs"),
+    "request_timeout_ms": Setting(30_000, _int_in(1), "how long to wait for one response"),
+    "retry_backoff_ms": Setting(100, _int_in(0), "first wait before retrying a failed request"),
+    "retry_backoff_max_ms": Setting(
+        1_000, _int_in(0), "the wait doubles per failure (with jitter) up to this"
+    ),
+    "metadata_max_age_ms": Setting(
+        300_000, _int_in(0), "cluster metadata older than this is refreshed"
+    ),
+    "socket_connection_setup_timeout_ms": Setting(
+        10_000, _int_in(1), "how long to wait for a connection and its ApiVersions exchange"
+    ),
+    # Producer
+    "acks": Setting(ACKS_ALL, _acks, "0: no answer; 1: the leader wrote it; all: the ISR did"),
+    "linger_ms": Setting(5, _int_in(0), "how long a batch waits for more records"),
+    "batch_size": Setting(16_384, _int_in(1), "bytes per partition batch before it is sent"),
+    "compression_type": Setting(
+        "none", _choice(*(c.name.lower() for c in CompressionType)), "codec of each batch"
+    ),
+    "enable_idempotence": Setting(True, _bool, "broker-side de-duplication of retries"),
+    "max_in_flight_requests_per_connection": Setting(
+        5, _int_in(1), "unanswered produce requests per broker"
+    ),
+    "retries": Setting(INT32_MAX, _int_in(0), "resends of a batch (bounded by delivery time)"),
+    "delivery_timeout_ms": Setting(
+        120_000, _int_in(1), "time from send() until the record is acknowledged or failed"
+    ),
+    "buffer_memory": Setting(33_554_432, _int_in(1, 2**62), "bytes of records not yet sent"),
+    "max_block_ms": Setting(60_000, _int_in(0), "how long send() may wait for buffer space"),
+    "max_request_size": Setting(1_048_576, _int_in(1), "largest produce request and record"),
+    # Consumer
+    "group_id": Setting(None, _optional_str, "reserved for consumer groups (later)"),
+    "isolation_level": Setting(
+        "read_uncommitted",
+        _choice("read_uncommitted", "read_committed"),
+        "read_committed stops at the last stable offset",
+    ),
+    "auto_offset_reset": Setting(
+        "latest", _choice("latest", "earliest", "none"), "where to start without a position"
+    ),
+    "fetch_min_bytes": Setting(1, _int_in(1), "the broker waits for this many bytes"),
+    "fetch_max_wait_ms": Setting(500, _int_in(0), "... or for this long"),
+    "fetch_max_bytes": Setting(52_428_800, _int_in(1), "bytes per fetch response"),
+    "max_partition_fetch_bytes": Setting(1_048_576, _int_in(1), "bytes per partition per fetch"),
+    "max_poll_records": Setting(500, _int_in(1), "records per getmany() by default"),
+    "check_crcs": Setting(True, _bool, "verify each fetched batch's CRC-32C"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    """The settings every client accepts. Build with `from_kwargs`, never directly."""
+
+    CLIENT: ClassVar[str] = "client"
+
+    explicit: frozenset[str]  # the names the user passed
+    bootstrap_servers: tuple[tuple[str, int], ...]
+    client_id: str
+    request_timeout_ms: int
+    retry_backoff_ms: int
+    retry_backoff_max_ms: int
+    metadata_max_age_ms: int
+    socket_connection_setup_timeout_ms: int
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name != "explicit")
+
+    @classmethod
+    def from_kwargs(cls, kwargs: Mapping[str, object]) -> Any:
+        """Check and complete `kwargs` (see the module docstring); returns an instance of cls."""
+        names = cls.names()
+        for name in kwargs:
+            if name not in names:
+                raise TypeError(_unknown_message(cls.CLIENT, name, names))
+        values: dict[str, Any] = {}
+        for name in names:
+            setting = SETTINGS[name]
+            if name in kwargs:
+                values[name] = setting.parse(name, kwargs[name])
+            else:
+                values[name] = setting.default
+        if values["bootstrap_servers"] is None:
+            raise ValueError(f'{cls.CLIENT} needs bootstrap_servers="host:port[,host:port...]"')
+        explicit = frozenset(kwargs)
+        cls._derive(values, explicit)
+        return cls(explicit=explicit, **values)
+
+    @classmethod
+    def _derive(cls, values: dict[str, Any], explicit: frozenset[str]) -> None:
+        """Check settings against each other and adjust defaults to explicit settings."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdminSettings(ClientSettings):
+    CLIENT: ClassVar[str] = "Admin"
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSettings(ClientSettings):
+    CLIENT: ClassVar[str] = "Producer"
+
+    acks: int
+    linger_ms: int
+    batch_size: int
+    compression_type: str
+    enable_idempotence: bool
+    max_in_flight_requests_per_connection: int
+    retries: int
+    delivery_timeout_ms: int
+    buffer_memory: int
+    max_block_ms: int
+    max_request_size: int
+
+    @property
+    def compression(self) -> CompressionType:
+        return CompressionType[self.compression_type.upper()]
+
+    @classmethod
+    def _derive(cls, values: dict[str, Any], explicit: frozenset[str]) -> None:
+        conflicts = []
+        if values["acks"] != ACKS_ALL:
+            conflicts.append('acks must be "all"')
+        if values["max_in_flight_requests_per_connection"] > IDEMPOTENT_IN_FLIGHT_MAX:
+            conflicts.append(
+                f"max_in_flight_requests_per_connection must be <= {IDEMPOTENT_IN_FLIGHT_MAX}"
+            )
+        if values["retries"] == 0:
+            conflicts.append("retries must be > 0")
+        if conflicts and values["enable_idempotence"]:
+            # As the Java client (3.2+): idempotence on by default gives way to settings that
+            # contradict it, but an explicit enable_idempotence=True with them is an error.
+            if "enable_idempotence" in explicit:
+                raise ValueError("enable_idempotence=True: " + "; ".join(conflicts))
+            values["enable_idempotence"] = False
+        delivery_floor_ms = values["linger_ms"] + values["request_timeout_ms"]
+        if values["delivery_timeout_ms"] < delivery_floor_ms:
+            if "delivery_timeout_ms" in explicit:
+                raise ValueError(
+                    f"delivery_timeout_ms must be >= linger_ms + request_timeout_ms "
+                    f"({delivery_floor_ms}), got {values['delivery_timeout_ms']}"
+                )
+            values["delivery_timeout_ms"] = delivery_floor_ms
+        if values["batch_size"] > values["buffer_memory"]:
+            raise ValueError(
+                f"batch_size ({values['batch_size']}) must not exceed buffer_memory "
+                f"({values['buffer_memory']})"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSettings(ClientSettings):
+    CLIENT: ClassVar[str] = "Consumer"
+
+    group_id: str | None
+    isolation_level: str
+    auto_offset_reset: str
+    fetch_min_bytes: int
+    fetch_max_wait_ms: int
+    fetch_max_bytes: int
+    max_partition_fetch_bytes: int
+    max_poll_records: int
+    check_crcs: bool
+
+    @property
+    def isolation_level_code(self) -> int:
+        """The wire value of isolation.level: 0 read_uncommitted, 1 read_committed."""
+        return 1 if self.isolation_level == "read_committed" else 0
+
+
+def _unknown_message(client: str, name: str, names: tuple[str, ...]) -> str:
+    underscored = name.replace(".", "_").replace("-", "_")
+    close = [underscored] if underscored in names else []
+    close = close or difflib.get_close_matches(underscored, names, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"{client} got an unknown setting {name!r}{hint}"
