@@ -21,6 +21,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from riverbed.client.admin import Admin
+from riverbed.client.consumer import Consumer
+from riverbed.client.producer import Producer
+from riverbed.client.types import Record, TopicPartition
 from riverbed.configs import BrokerConfig, parse_properties
 from riverbed.coordination.embedded_zk import (
     EmbeddedZooKeeper,
@@ -37,6 +40,8 @@ log = logging.getLogger("riverbed")
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 EXIT_USAGE = 2
 EXIT_FAILURE = 1
+# `riverbed consume` without --idle-timeout-ms: how long one poll waits (it loops forever).
+CONSUME_POLL_MS = 1000
 # `riverbed dev`: how long to wait for the broker to accept connections.
 DEV_BROKER_START_TIMEOUT_S = 60.0
 
@@ -119,6 +124,28 @@ def _parser() -> argparse.ArgumentParser:
     delete.add_argument("name")
     delete.set_defaults(command=_topics_delete)
     for sub in (create, listing, describe, delete):
+        sub.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT")
+
+    produce = commands.add_parser("produce", help="produce stdin's lines to a topic")
+    produce.add_argument("topic")
+    produce.add_argument("--key-separator", metavar="SEP", help="split KEY<SEP>VALUE per line")
+    produce.add_argument("--partition", type=int)
+    produce.add_argument("--acks", default="all", choices=["0", "1", "all"])
+    produce.add_argument(
+        "--compression-type", default="none", choices=["none", "gzip", "snappy", "lz4", "zstd"]
+    )
+    produce.set_defaults(command=_produce)
+
+    consume = commands.add_parser("consume", help="print a topic's records")
+    consume.add_argument("topic")
+    consume.add_argument("--from-beginning", action="store_true", help="else only new records")
+    consume.add_argument("--max", type=int, metavar="N", help="stop after N records")
+    consume.add_argument(
+        "--idle-timeout-ms", type=int, metavar="MS", help="stop when nothing came for MS"
+    )
+    consume.add_argument("--format", choices=["text", "json"], default="text")
+    consume.set_defaults(command=_consume)
+    for sub in (produce, consume):
         sub.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT")
     return parser
 
@@ -330,6 +357,88 @@ def _topics_delete(args: argparse.Namespace) -> int:
         return 0
 
     return _admin_command(args, action)
+
+
+def _produce(args: argparse.Namespace) -> int:
+    """Each stdin line (without its newline) is one record; `--key-separator` splits off a key."""
+    separator = args.key_separator.encode() if args.key_separator else None
+
+    async def run() -> int:
+        count = 0
+        async with Producer(
+            bootstrap_servers=args.bootstrap_server,
+            acks=args.acks,
+            compression_type=args.compression_type,
+        ) as producer:
+            for line in sys.stdin.buffer:
+                value = line.rstrip(b"\n")
+                key = None
+                if separator is not None and separator in value:
+                    key, value = value.split(separator, 1)
+                await producer.send(args.topic, value, key=key, partition=args.partition)
+                count += 1
+            await producer.flush()
+        print(f"produced {count} records to {args.topic}", file=sys.stderr)
+        return 0
+
+    return asyncio.run(run())
+
+
+def _consume(args: argparse.Namespace) -> int:
+    """Read every partition of the topic (no consumer group: partitions are assigned)."""
+
+    async def run() -> int:
+        async with Admin(bootstrap_servers=args.bootstrap_server) as admin:
+            topic = await admin.describe_topic(args.topic)
+        partitions = [TopicPartition(args.topic, p.partition) for p in topic.partitions]
+        printed = 0
+        async with Consumer(bootstrap_servers=args.bootstrap_server) as consumer:
+            consumer.assign(partitions)
+            if args.from_beginning:
+                await consumer.seek_to_beginning(*partitions)
+            else:
+                await consumer.seek_to_end(*partitions)
+            while args.max is None or printed < args.max:
+                wanted = None if args.max is None else args.max - printed
+                batches = await consumer.getmany(
+                    max_records=wanted, timeout_ms=args.idle_timeout_ms or CONSUME_POLL_MS
+                )
+                if not batches and args.idle_timeout_ms is not None:
+                    break
+                for records in batches.values():
+                    for record in records:
+                        _print_record(record, args.format)
+                        printed += 1
+                sys.stdout.flush()
+        return 0
+
+    return asyncio.run(run())
+
+
+def _print_record(record: Record, output_format: str) -> None:
+    if output_format == "text":
+        sys.stdout.buffer.write((record.value or b"") + b"\n")
+        return
+    print(
+        json.dumps(
+            {
+                "topic": record.topic,
+                "partition": record.partition,
+                "offset": record.offset,
+                "timestamp_ms": record.timestamp_ms,
+                "timestamp_type": record.timestamp_type,
+                "key": _text(record.key),
+                "value": _text(record.value),
+                "headers": [[name, _text(value)] for name, value in record.headers],
+            }
+        ),
+        flush=False,
+    )
+
+
+def _text(data: bytes | None) -> str | None:
+    """JSON has no bytes: UTF-8 text, with undecodable bytes as \\xNN escapes."""
+    return None if data is None else data.decode("utf-8", errors="backslashreplace")
 
 
 if __name__ == "__main__":
