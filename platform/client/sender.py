@@ -205,8 +205,6 @@ class Sender:
         """Send every ready batch; return the loop time of the next deadline (None: none)."""
         settings = self._settings
         cluster = self._pool.cluster
-        linger_s = self._accumulator.linger_s
-        batch_size = self._accumulator.batch_size
         in_flight_max = settings.max_in_flight_requests_per_connection
         hurry = self.flushing > 0 or self._closing
         next_at: float | None = None
@@ -218,43 +216,55 @@ class Sender:
                 self._expire(queue, batches.popleft())
             if not batches:
                 continue
-            head = batches[0]
-            if head.attempts > 0:
-                if queue.in_flight:
-                    continue  # a retry goes alone, once the partition's earlier sends are back
-                if head.retry_at > now:
-                    next_at = _earliest(next_at, head.retry_at)
-                    continue
-            elif (
-                head is queue.open
-                and not hurry
-                and head.size_bytes < batch_size
-                and now < head.created_at + linger_s
-            ):
-                next_at = _earliest(next_at, head.created_at + linger_s)
-                continue
-            if len(queue.in_flight) >= in_flight_max:
+            # Expiry of the queue's oldest batch wakes us even if nothing else does.
+            next_at = _earliest(next_at, batches[0].deadline)
+            ready, wake_at = self._head_ready(queue, now, hurry)
+            if wake_at is not None:
+                next_at = _earliest(next_at, wake_at)
+            if not ready:
                 continue
             leader = cluster.leader_for(queue.tp)
             if leader is None:
                 unknown_leaders.add(queue.tp.topic)
                 continue
             by_leader[leader].append(queue)
-            # Expiry of the queue's oldest batch wakes us even if nothing else does.
-            next_at = _earliest(next_at, head.deadline)
         for node_id, queues in by_leader.items():
-            if self._node_in_flight[node_id] < in_flight_max:
-                self._send_to(node_id, queues, now)
+            # Pipeline: one request after another while the leader has room for more.
+            while queues and self._node_in_flight[node_id] < in_flight_max:
+                self._send_to(node_id, queues)
+                queues = [q for q in queues if self._head_ready(q, now, hurry)[0]]
         if unknown_leaders or (cluster.stale and self._accumulator.incomplete):
             self._refresh_metadata(unknown_leaders)
             if unknown_leaders:
                 # Retry leader lookups at the refresh backoff even if the refresh stalls.
                 next_at = _earliest(next_at, now + settings.retry_backoff_ms / 1000)
-        if self._accumulator.incomplete and next_at is None:
-            next_at = now + settings.delivery_timeout_ms / 1000
         return next_at
 
-    def _send_to(self, node_id: int, queues: list[PartitionQueue], now: float) -> None:
+    def _head_ready(
+        self, queue: PartitionQueue, now: float, hurry: bool
+    ) -> tuple[bool, float | None]:
+        """Whether the queue's first batch may be sent now, and else when to look again (None:
+        when something else happens, e.g. a response)."""
+        if not queue.batches:
+            return False, None
+        head = queue.batches[0]
+        if head.attempts > 0:
+            if queue.in_flight:
+                return False, None  # a retry goes alone, once the earlier sends are back
+            if head.retry_at > now:
+                return False, head.retry_at
+        elif (
+            head is queue.open
+            and not hurry
+            and head.size_bytes < self._accumulator.batch_size
+            and now < head.created_at + self._accumulator.linger_s
+        ):
+            return False, head.created_at + self._accumulator.linger_s
+        if len(queue.in_flight) >= self._settings.max_in_flight_requests_per_connection:
+            return False, None
+        return True, None
+
+    def _send_to(self, node_id: int, queues: list[PartitionQueue]) -> None:
         settings = self._settings
         identity = self.identity
         compression = settings.compression
@@ -307,7 +317,12 @@ class Sender:
         )
         try:
             try:
-                connection = await self._pool.connection_for(node_id)
+                # Connecting (ApiVersions included) may not outlast the batches' delivery time.
+                loop = asyncio.get_running_loop()
+                remaining_s = min(b.deadline for b in batches) - loop.time()
+                connection = await asyncio.wait_for(
+                    self._pool.connection_for(node_id), max(remaining_s, 0)
+                )
                 response = await connection.request(request, timeout_ms=settings.request_timeout_ms)
             except (OSError, TimeoutError, KafkaError) as error:
                 self._pool.cluster.mark_stale(f"produce to broker {node_id} failed: {error}")

@@ -178,10 +178,9 @@ async def test_max_block_ms_bounds_the_wait_for_space(broker: BrokerProcess) -> 
         broker, buffer_memory=2_000, batch_size=1_000, max_block_ms=300
     ) as producer:
         await (await producer.send("blocked", VALUE))
-        with paused(broker):
-            with pytest.raises(KafkaTimeoutError):
-                for _ in range(100):
-                    await producer.send("blocked", VALUE)
+        with paused(broker), pytest.raises(KafkaTimeoutError):
+            for _ in range(100):
+                await producer.send("blocked", VALUE)
         await producer.flush()
 
 
