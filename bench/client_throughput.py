@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -230,24 +230,7 @@ async def _consume_riverbed(
     ) as consumer:
         consumer.assign([tp])
         consumer.seek(tp, 0)
-        cpu_before = time.process_time()
-        started = time.perf_counter()
-        deadline = time.monotonic() + CONSUME_TIMEOUT_S
-        count = 0
-        first = last = None
-        while count < records:
-            if time.monotonic() > deadline:
-                raise ProcessFailed(f"riverbed consumed {count} of {records}")
-            batches = await consumer.getmany(max_records=CONSUME_BATCH_MAX, timeout_ms=1000)
-            for batch in batches.values():
-                if first is None:
-                    first = (batch[0].offset, batch[0].value)
-                last = (batch[-1].offset, batch[-1].value)
-                count += len(batch)
-        elapsed_s = time.perf_counter() - started
-        cpu_s = time.process_time() - cpu_before
-    _check("riverbed", records, value, first, last)
-    return _rate(count, elapsed_s, cpu_s)
+        return await _count_getmany("riverbed", consumer.getmany, records, value)
 
 
 async def _consume_aiokafka(
@@ -265,25 +248,32 @@ async def _consume_aiokafka(
         tp = aiokafka.TopicPartition(topic, 0)
         consumer.assign([tp])
         consumer.seek(tp, 0)
-        cpu_before = time.process_time()
-        started = time.perf_counter()
-        deadline = time.monotonic() + CONSUME_TIMEOUT_S
-        count = 0
-        first = last = None
-        while count < records:
-            if time.monotonic() > deadline:
-                raise ProcessFailed(f"aiokafka consumed {count} of {records}")
-            batches = await consumer.getmany(max_records=CONSUME_BATCH_MAX, timeout_ms=1000)
-            for batch in batches.values():
-                if first is None:
-                    first = (batch[0].offset, batch[0].value)
-                last = (batch[-1].offset, batch[-1].value)
-                count += len(batch)
-        elapsed_s = time.perf_counter() - started
-        cpu_s = time.process_time() - cpu_before
+        return await _count_getmany("aiokafka", consumer.getmany, records, value)
     finally:
         await consumer.stop()
-    _check("aiokafka", records, value, first, last)
+
+
+async def _count_getmany(
+    client: str, getmany: Callable[..., Awaitable[dict[Any, list[Any]]]], records: int, value: bytes
+) -> dict[str, Any]:
+    """Read `records` records with an aiokafka-style getmany(); both async clients have one."""
+    cpu_before = time.process_time()
+    started = time.perf_counter()
+    deadline = time.monotonic() + CONSUME_TIMEOUT_S
+    count = 0
+    first = last = None
+    while count < records:
+        if time.monotonic() > deadline:
+            raise ProcessFailed(f"{client} consumed {count} of {records}")
+        batches = await getmany(max_records=CONSUME_BATCH_MAX, timeout_ms=1000)
+        for batch in batches.values():
+            if first is None:
+                first = (batch[0].offset, batch[0].value)
+            last = (batch[-1].offset, batch[-1].value)
+            count += len(batch)
+    elapsed_s = time.perf_counter() - started
+    cpu_s = time.process_time() - cpu_before
+    _check(client, records, value, first, last)
     return _rate(count, elapsed_s, cpu_s)
 
 
