@@ -82,10 +82,12 @@ class Broker:
         check_data_dir_identity(data_dir, cluster_id=cluster_id, broker_id=config.broker_id)
         await self._watcher.start()
         stack.push_async_callback(self._watcher.stop)
+        # What clients are told to dial (advertised.listeners), not what this process binds.
+        advertised_host, advertised_port = config.advertised_host_port
         self._ctx = BrokerContext(
             broker_id=config.broker_id,
-            host=config.advertised_host,
-            port=config.port,
+            host=advertised_host,
+            port=advertised_port,
             config=config,
             cache=self._cache,
             store=self._store,
@@ -101,7 +103,7 @@ class Broker:
         self._cache.add_listener(self._on_metadata_change)
         await self._store.register_broker(
             BrokerRegistration(
-                broker_id=config.broker_id, host=config.advertised_host, port=config.port
+                broker_id=config.broker_id, host=advertised_host, port=advertised_port
             )
         )
         await self._election.start()
