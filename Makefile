@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMPS := .stamps
-SOURCES := $(shell find platform spark -type f \( -name '*.py' -o -name '*.spec' -o -name 'py.typed' \) 2>/dev/null) pyproject.toml setup.py
+SOURCES := $(shell find platform spark -type f \( -name '*.py' -o -name '*.pyx' -o -name '*.pyi' -o -name '*.spec' -o -name 'py.typed' \) 2>/dev/null) pyproject.toml setup.py
 
 .PHONY: run test lint typecheck bench clean setup setup-test
 
@@ -48,9 +48,10 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 
+# Runtime dependencies plus what building the package needs (Cython, for the record codec).
 $(STAMPS)/runtime-deps: pyproject.toml | $(PY)
 	@mkdir -p $(STAMPS)
-	$(PY) -m tools.deps runtime | xargs $(PY) -m pip install -q
+	{ $(PY) -m tools.deps runtime; $(PY) -m tools.deps build; } | xargs $(PY) -m pip install -q
 	@touch $@
 
 $(STAMPS)/test-deps: pyproject.toml $(STAMPS)/runtime-deps | $(PY)

@@ -25,6 +25,7 @@ from typing import NamedTuple
 import crc32c
 from riverbed.protocol.compression import CompressionType, DecompressionError, compress, decompress
 from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.records_fast import append_records
 from riverbed.protocol.records_header import (
     ATTRIBUTES_POSITION,
     CRC_POSITION,
@@ -59,50 +60,10 @@ class Record(NamedTuple):
     headers: tuple[tuple[str, bytes | None], ...]
 
 
-# Zigzag varints whose unsigned form is below 2**14 take one or two bytes: precomputing them
-# covers record lengths, key/value lengths up to 8 KiB and offset deltas up to 8191.
-VARINT_TABLE_SIZE = 1 << 14
 # A 64-bit value needs at most ten 7-bit groups.
 VARINT_BITS_MAX = 63
-_NULL_LENGTH = b"\x01"  # zigzag(-1)
-_NO_HEADERS = b"\x00"
-_RECORD_ATTRIBUTES = b"\x00"  # unused in v2
 _EMPTY_HEADERS: tuple[tuple[str, bytes | None], ...] = ()
 _CRC = struct.Struct(">I")
-
-
-def _unsigned_varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_VARINTS: tuple[bytes, ...] = tuple(_unsigned_varint(value) for value in range(VARINT_TABLE_SIZE))
-
-
-def _zigzag_varint(value: int) -> bytes:
-    """Encode a signed 64-bit value (varint or varlong: the encoding is the same)."""
-    unsigned = (value << 1) ^ (value >> 63)
-    if unsigned < VARINT_TABLE_SIZE:
-        return _VARINTS[unsigned]
-    return _unsigned_varint(unsigned)
-
-
-def _length_prefixed(data: bytes | None) -> bytes:
-    if data is None:
-        return _NULL_LENGTH
-    return _zigzag_varint(len(data)) + data
-
-
-def _encode_headers(headers: Headers) -> bytes:
-    out = bytearray(_zigzag_varint(len(headers)))
-    for key, value in headers:
-        out += _length_prefixed(key.encode())
-        out += _length_prefixed(value)
-    return bytes(out)
 
 
 def encode_batch(
@@ -122,60 +83,10 @@ def encode_batch(
     if not records:
         raise ValueError("a record batch holds at least one record")
     base_timestamp = records[0][3]
-    max_timestamp = base_timestamp
-    varints = _VARINTS
-    table_size = VARINT_TABLE_SIZE
-    # The header's bytes are reserved up front so an uncompressed batch is built in place.
+    # The header's bytes are reserved up front so an uncompressed batch is built in place; the
+    # per-record loop is compiled (riverbed.protocol.records_fast).
     body = bytearray(RECORD_BATCH_OVERHEAD)
-    join = b"".join
-    for offset_delta, (key, value, headers, timestamp_ms) in enumerate(records):
-        if timestamp_ms > max_timestamp:
-            max_timestamp = timestamp_ms
-        delta = timestamp_ms - base_timestamp
-        unsigned = (delta << 1) ^ (delta >> 63)
-        timestamp_part = varints[unsigned] if unsigned < table_size else _unsigned_varint(unsigned)
-        unsigned = offset_delta << 1
-        offset_part = varints[unsigned] if unsigned < table_size else _unsigned_varint(unsigned)
-        if key is None:
-            key_length_part = _NULL_LENGTH
-            key = b""
-        else:
-            unsigned = len(key) << 1
-            key_length_part = (
-                varints[unsigned] if unsigned < table_size else _unsigned_varint(unsigned)
-            )
-        if value is None:
-            value_length_part = _NULL_LENGTH
-            value = b""
-        else:
-            unsigned = len(value) << 1
-            value_length_part = (
-                varints[unsigned] if unsigned < table_size else _unsigned_varint(unsigned)
-            )
-        headers_part = _encode_headers(headers) if headers else _NO_HEADERS
-        unsigned = (
-            len(timestamp_part)
-            + len(offset_part)
-            + len(key_length_part)
-            + len(key)
-            + len(value_length_part)
-            + len(value)
-            + len(headers_part)
-            + 1  # record attributes
-        ) << 1
-        body += join(
-            (
-                varints[unsigned] if unsigned < table_size else _unsigned_varint(unsigned),
-                _RECORD_ATTRIBUTES,
-                timestamp_part,
-                offset_part,
-                key_length_part,
-                key,
-                value_length_part,
-                value,
-                headers_part,
-            )
-        )
+    max_timestamp = append_records(body, records, base_timestamp)
     if compression == CompressionType.NONE:
         out = body
     else:
