@@ -187,6 +187,7 @@ class Consumer:
         return None if value < 0 else value
 
     def last_stable_offset(self, tp: TopicPartition) -> int | None:
+        """The partition's last stable offset from the latest fetch (None before the first one)."""
         value = self._positions.get(tp).last_stable_offset
         return None if value < 0 else value
 
@@ -198,6 +199,7 @@ class Consumer:
         self._wake()
 
     def assignment(self) -> frozenset[TopicPartition]:
+        """The partitions this consumer reads (set by `assign`)."""
         return self._positions.assignment()
 
     def seek(self, tp: TopicPartition, offset: int) -> None:

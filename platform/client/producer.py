@@ -229,6 +229,7 @@ class Producer:
         return () if partitions is None else partitions
 
     def status(self) -> ProducerStatus:
+        """A snapshot of the producer's health: buffered bytes, open batches, producer id."""
         identity = self._sender.identity
         return ProducerStatus(
             buffered_bytes=self._accumulator.buffered_bytes,

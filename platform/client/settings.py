@@ -219,6 +219,7 @@ class ProducerSettings(ClientSettings):
 
     @property
     def compression(self) -> CompressionType:
+        """`compression_type` as the codec enum used on the wire."""
         return CompressionType[self.compression_type.upper()]
 
     @classmethod
