@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,17 @@ from confluent_kafka import (
     libversion,
 )
 
+from bench.consumers import (
+    CONSUME_BATCH_MAX,
+    CONSUME_TIMEOUT_S,
+    FETCH_MAX_BYTES,
+    FETCH_MAX_WAIT_MS,
+    PARTITION_FETCH_MAX_BYTES,
+    check_records,
+    consume_riverbed,
+    count_getmany,
+    rate,
+)
 from bench.kafka_clients import create_topic
 from bench.machine import package_version
 from bench.options import BenchOptions, BenchResult, Headline, Ratio
@@ -42,14 +53,6 @@ RECORDS_FULL = 1_000_000
 RECORDS_QUICK = 100_000
 VALUE_BYTES = 100
 BROKER_START_TIMEOUT_S = 120.0
-CONSUME_TIMEOUT_S = 600.0
-# Records per getmany()/consume() call: large enough that the loop around it costs nothing.
-CONSUME_BATCH_MAX = 10_000
-# The fetch sizes of produce_consume's confluent-kafka consumer, for every client.
-FETCH_MAX_BYTES = 50 * 1024 * 1024
-PARTITION_FETCH_MAX_BYTES = 10 * 1024 * 1024
-FETCH_MAX_WAIT_MS = 100
-# aiokafka producer: ~1 MB batches like the confluent-kafka producer of produce_consume.
 # Kafka's default batch.size, and batches of ~1 MB: every client runs with both.
 BATCH_SIZES = (16_384, 1_000_000)
 REQUEST_BYTES_MAX = 2_000_000
@@ -90,7 +93,7 @@ def measure(broker: Broker, records: int, value: bytes) -> dict[str, Any]:
             _check_log_end(bootstrap, topic, records)
     source = _topic("confluent-kafka", BATCH_SIZES[-1])
     consumed = {
-        "riverbed": asyncio.run(_consume_riverbed(bootstrap, source, records, value)),
+        "riverbed": asyncio.run(consume_riverbed(bootstrap, source, records, value)),
         "aiokafka": asyncio.run(_consume_aiokafka(bootstrap, source, records, value)),
         "confluent-kafka": _consume_confluent(bootstrap, source, records, value),
     }
@@ -130,7 +133,7 @@ def _produce_riverbed(
             failed = [f for f in futures if f.exception() is not None]
         if failed:
             raise ProcessFailed(f"riverbed: {len(failed)} records failed: {failed[0].exception()}")
-        return _rate(records, elapsed_s, cpu_s)
+        return rate(records, elapsed_s, cpu_s)
 
     return asyncio.run(run())
 
@@ -161,7 +164,7 @@ def _produce_aiokafka(
             await producer.stop()
         if failed:
             raise ProcessFailed(f"aiokafka: {len(failed)} records failed: {failed[0].exception()}")
-        return _rate(records, elapsed_s, cpu_s)
+        return rate(records, elapsed_s, cpu_s)
 
     return asyncio.run(run())
 
@@ -194,7 +197,7 @@ def _produce_confluent(
     cpu_s = time.process_time() - cpu_before
     if unacknowledged or failures:
         raise ProcessFailed(f"confluent-kafka: {unacknowledged} unacknowledged, {failures[:3]}")
-    return _rate(records, elapsed_s, cpu_s)
+    return rate(records, elapsed_s, cpu_s)
 
 
 PRODUCERS: dict[str, Callable[[str, str, int, bytes, int], dict[str, Any]]] = {
@@ -215,24 +218,6 @@ def _check_log_end(bootstrap: str, topic: str, records: int) -> None:
         raise ProcessFailed(f"{topic} holds {log_end} records, not {records}")
 
 
-async def _consume_riverbed(
-    bootstrap: str, topic: str, records: int, value: bytes
-) -> dict[str, Any]:
-    from riverbed.client.consumer import Consumer as RiverbedConsumer
-    from riverbed.client.types import TopicPartition as RiverbedTopicPartition
-
-    tp = RiverbedTopicPartition(topic, 0)
-    async with RiverbedConsumer(
-        bootstrap_servers=bootstrap,
-        fetch_max_bytes=FETCH_MAX_BYTES,
-        max_partition_fetch_bytes=PARTITION_FETCH_MAX_BYTES,
-        fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
-    ) as consumer:
-        consumer.assign([tp])
-        consumer.seek(tp, 0)
-        return await _count_getmany("riverbed", consumer.getmany, records, value)
-
-
 async def _consume_aiokafka(
     bootstrap: str, topic: str, records: int, value: bytes
 ) -> dict[str, Any]:
@@ -248,33 +233,9 @@ async def _consume_aiokafka(
         tp = aiokafka.TopicPartition(topic, 0)
         consumer.assign([tp])
         consumer.seek(tp, 0)
-        return await _count_getmany("aiokafka", consumer.getmany, records, value)
+        return await count_getmany("aiokafka", consumer.getmany, records, value)
     finally:
         await consumer.stop()
-
-
-async def _count_getmany(
-    client: str, getmany: Callable[..., Awaitable[dict[Any, list[Any]]]], records: int, value: bytes
-) -> dict[str, Any]:
-    """Read `records` records with an aiokafka-style getmany(); both async clients have one."""
-    cpu_before = time.process_time()
-    started = time.perf_counter()
-    deadline = time.monotonic() + CONSUME_TIMEOUT_S
-    count = 0
-    first = last = None
-    while count < records:
-        if time.monotonic() > deadline:
-            raise ProcessFailed(f"{client} consumed {count} of {records}")
-        batches = await getmany(max_records=CONSUME_BATCH_MAX, timeout_ms=1000)
-        for batch in batches.values():
-            if first is None:
-                first = (batch[0].offset, batch[0].value)
-            last = (batch[-1].offset, batch[-1].value)
-            count += len(batch)
-    elapsed_s = time.perf_counter() - started
-    cpu_s = time.process_time() - cpu_before
-    _check(client, records, value, first, last)
-    return _rate(count, elapsed_s, cpu_s)
 
 
 def _consume_confluent(bootstrap: str, topic: str, records: int, value: bytes) -> dict[str, Any]:
@@ -305,22 +266,8 @@ def _consume_confluent(bootstrap: str, topic: str, records: int, value: bytes) -
         cpu_s = time.process_time() - cpu_before
     finally:
         consumer.close()
-    _check("confluent-kafka", records, value, first, last)
-    return _rate(count, elapsed_s, cpu_s)
-
-
-def _check(client: str, records: int, value: bytes, first: object, last: object) -> None:
-    if first != (0, value) or last != (records - 1, value):
-        raise ProcessFailed(f"{client} consumed the wrong records: {first=} {last=}")
-
-
-def _rate(records: int, elapsed_s: float, cpu_s: float) -> dict[str, Any]:
-    return {
-        "records": records,
-        "seconds": elapsed_s,
-        "records_per_s": records / elapsed_s,
-        "client_cpu_s": cpu_s,
-    }
+    check_records("confluent-kafka", records, value, first, last)
+    return rate(count, elapsed_s, cpu_s)
 
 
 def summarize(records: int, measured: dict[str, Any], options: BenchOptions) -> BenchResult:

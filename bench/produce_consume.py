@@ -7,7 +7,9 @@ producer and consumer in this process, and a private redis-server driven by redi
 - Produce: acks=all, linger.ms=5, ~1 MB batches, no compression, one partition; the clock runs
   from the first `produce()` until `flush()` reports every record acknowledged.
 - Consume: assign the partition from offset 0 (no consumer group rebalance to wait for) and count
-  records until all are in; the clock runs from `assign()` to the last record.
+  records until all are in; the clock runs from `assign()` to the last record. Twice: with
+  confluent-kafka's consumer, and with Riverbed's own (which decodes every record into a
+  `Record` too); both are reported, each with its ratio.
 - Both clients connect and fetch the topic's metadata before their clock starts.
 - Baseline: XADD of the same 100-byte value through redis-benchmark (pipelined, 50 clients),
   median of several runs, redis-server with persistence off.
@@ -16,6 +18,7 @@ producer and consumer in this process, and a private redis-server driven by redi
 
 from __future__ import annotations
 
+import asyncio
 import os
 import string
 import tempfile
@@ -34,11 +37,11 @@ from confluent_kafka import (
     libversion,
 )
 
+from bench.consumers import consume_riverbed
 from bench.kafka_clients import create_topic
 from bench.machine import package_version
 from bench.options import BenchOptions, BenchResult, Headline
 from bench.procs import Broker, ProcessFailed, cpu_seconds, free_port, zookeeper
-from bench.raw_fetch import measure_raw_fetch
 from bench.redis_stream import XaddParameters, measure_xadd, tool_versions
 
 NAME = "produce_consume"
@@ -141,8 +144,9 @@ def measure_riverbed(
             produced = produce(broker, records, value)
             log_bytes = directory_bytes(data_dir)
             consumed = consume(broker, records, value)
-            host, _, port = broker.bootstrap.rpartition(":")
-            raw_fetch = measure_raw_fetch(host, int(port), TOPIC, records)
+            riverbed_consumer = asyncio.run(
+                consume_riverbed(broker.bootstrap, TOPIC, records, value)
+            )
             exit_code = broker.terminate()
         finally:
             broker.close()
@@ -151,7 +155,7 @@ def measure_riverbed(
         "broker_startup_s": startup_s,
         "produce": produced,
         "consume": consumed,
-        "raw_fetch_header_counting": raw_fetch,
+        "consume_riverbed_client": riverbed_consumer,
         "data_dir_bytes_after_produce": log_bytes,
         "broker_exit_code_after_sigterm": exit_code,
     }
@@ -307,7 +311,7 @@ def summarize(
     produced, consumed = riverbed["produce"], riverbed["consume"]
     produce_per_s = float(produced["records_per_s"])
     consume_per_s = float(consumed["records_per_s"])
-    raw_fetch_per_s = float(riverbed["raw_fetch_header_counting"]["records_per_s"])
+    own_consumer_per_s = float(riverbed["consume_riverbed_client"]["records_per_s"])
     return {
         "parameters": {
             "records": records,
@@ -341,13 +345,11 @@ def summarize(
             ),
             _headline("Riverbed produce (acks=all)", produce_per_s, "records/s"),
             _headline("Riverbed produce (acks=all)", produced["payload_mb_per_s"], "MB/s"),
-            _headline("Riverbed consume", consume_per_s, "records/s"),
-            _headline("Riverbed consume", consumed["payload_mb_per_s"], "MB/s"),
+            _headline("Riverbed consume, confluent-kafka consumer", consume_per_s, "records/s"),
             _headline(
-                "Riverbed fetch, consumer counting batch headers (no record decode)",
-                raw_fetch_per_s,
-                "records/s",
+                "Riverbed consume, confluent-kafka consumer", consumed["payload_mb_per_s"], "MB/s"
             ),
+            _headline("Riverbed consume, Riverbed's own consumer", own_consumer_per_s, "records/s"),
             _headline("Broker CPU time while producing", produced["broker_cpu_s"], "s"),
             _headline("Broker CPU time while consuming", consumed["broker_cpu_s"], "s"),
             _headline(
@@ -364,16 +366,16 @@ def summarize(
                 "met": produce_per_s >= xadd_per_s,
             },
             {
-                "label": "Riverbed consume / Redis XADD",
+                "label": "Riverbed consume with confluent-kafka's consumer / Redis XADD",
                 "value": consume_per_s / xadd_per_s,
                 "goal": ">= 2",
                 "met": consume_per_s >= 2 * xadd_per_s,
             },
             {
-                "label": "Riverbed fetch (header-counting consumer) / Redis XADD (context)",
-                "value": raw_fetch_per_s / xadd_per_s,
-                "goal": "context, not the goal",
-                "met": None,
+                "label": "Riverbed consume with Riverbed's consumer / Redis XADD",
+                "value": own_consumer_per_s / xadd_per_s,
+                "goal": ">= 2",
+                "met": own_consumer_per_s >= 2 * xadd_per_s,
             },
         ],
     }
