@@ -20,10 +20,10 @@ import enum
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Final, Literal, NamedTuple, Protocol, TypeVar
 
 from riverbed.client.connection import BrokerConnection
+from riverbed.client.lifecycle import AsyncClient
 from riverbed.client.pool import BrokerPool, backoff_ms
 from riverbed.client.settings import AdminSettings
 from riverbed.client.types import TopicPartition
@@ -122,7 +122,7 @@ class OffsetAndTimestamp(NamedTuple):
     timestamp_ms: int
 
 
-class Admin:
+class Admin(AsyncClient):
     """Async context manager for cluster administration:
 
         async with Admin(bootstrap_servers="127.0.0.1:9092") as admin:
@@ -140,17 +140,6 @@ class Admin:
         # An admin asks about topics; it never creates one by looking.
         self._pool = BrokerPool(self.settings, allow_auto_topic_creation=False)
         self._answered = False  # whether any request of this admin got a response
-
-    async def __aenter__(self) -> Admin:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def close(self) -> None:
         """Close every connection. Idempotent."""

@@ -32,7 +32,6 @@ import contextlib
 import enum
 import logging
 from collections.abc import AsyncIterator, Iterable, Mapping
-from types import TracebackType
 from typing import Any, Final, NamedTuple
 
 from riverbed.client.connection import BrokerConnection
@@ -40,6 +39,7 @@ from riverbed.client.fetcher import (
     ISOLATION_READ_COMMITTED,
     PartitionFetch,
 )
+from riverbed.client.lifecycle import AsyncClient
 from riverbed.client.pool import BrokerPool, backoff_ms
 from riverbed.client.positions import (
     EARLIEST_TIMESTAMP,
@@ -98,7 +98,7 @@ class OffsetAndTimestamp(NamedTuple):
     timestamp_ms: int
 
 
-class Consumer:
+class Consumer(AsyncClient):
     """Reads records of assigned partitions; an async context manager.
 
     Settings are keyword arguments named after Kafka's consumer settings with dots as
@@ -130,18 +130,6 @@ class Consumer:
         self.last_error: BaseException | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
-    async def __aenter__(self) -> Consumer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
     async def start(self) -> None:
         """Connect to a bootstrap server and start the fetch driver."""
         if self._state is not ConsumerState.CREATED:

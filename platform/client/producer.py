@@ -17,7 +17,6 @@ import asyncio
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from types import TracebackType
 
 from riverbed.client.accumulator import (
     RECORD_OVERHEAD_BYTES_MAX,
@@ -27,6 +26,7 @@ from riverbed.client.accumulator import (
     RecordAccumulator,
     record_size_bytes,
 )
+from riverbed.client.lifecycle import AsyncClient
 from riverbed.client.partitioner import StickyPartitioner, partition_for_key
 from riverbed.client.pool import BrokerPool
 from riverbed.client.sender import Sender
@@ -57,7 +57,7 @@ class ProducerStatus:
     closed: bool
 
 
-class Producer:
+class Producer(AsyncClient):
     """Sends records to Kafka-compatible brokers; settings are Kafka's producer settings with
     dots as underscores (see riverbed.client.settings), e.g. `acks="all"`, `linger_ms=5`."""
 
@@ -77,18 +77,6 @@ class Producer:
         self._batch_size = self.settings.batch_size
         self._buffer_memory = self.settings.buffer_memory
         self._record_bytes_max = min(self.settings.max_request_size, self.settings.buffer_memory)
-
-    async def __aenter__(self) -> Producer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def start(self) -> None:
         """Start the sender (send() also does, lazily)."""
