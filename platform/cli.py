@@ -270,8 +270,9 @@ Riverbed is running.
   zookeeper:         {zookeeper}
 Try it (in another terminal):
   .venv/bin/riverbed topics create demo --partitions 3 --bootstrap-server {bootstrap}
-  seq 1 5 | kcat -P -b {bootstrap} -t demo
-  kcat -C -b {bootstrap} -t demo -o beginning -e
+  seq 1 5 | .venv/bin/riverbed produce demo --bootstrap-server {bootstrap}
+  .venv/bin/riverbed consume demo --from-beginning --max 5 --bootstrap-server {bootstrap}
+  (or any Kafka client, e.g. kcat -C -b {bootstrap} -t demo -e)
 Press Ctrl-C to stop.
 """
 
