@@ -48,8 +48,11 @@ def test_topics_create_list_describe_delete(broker: BrokerProcess) -> None:
     text = riverbed("topics", "describe", "orders", *server).stdout
     assert "partition 2  leader 1" in text and "retention.ms=3600000" in text
 
+    assert all((broker.data_dir / f"orders-{p}").is_dir() for p in range(3))
     assert riverbed("topics", "delete", "orders", *server).returncode == 0
     assert riverbed("topics", "list", *server).stdout.split() == []
+    # The answer waits until the broker applied the deletion: the logs are gone.
+    assert not any((broker.data_dir / f"orders-{p}").exists() for p in range(3))
 
 
 def test_topic_errors_are_one_line_and_non_zero(broker: BrokerProcess) -> None:
