@@ -358,6 +358,34 @@ class MetadataResponse:
 
 
 @dataclass(slots=True)
+class ControlledShutdownRequest:
+    """ControlledShutdown request (API key 7), versions 1-3."""
+
+    API_KEY: ClassVar[int] = 7
+
+    broker_id: int = 0
+    # v2+
+    broker_epoch: int = -1
+
+
+@dataclass(slots=True)
+class ControlledShutdownResponse:
+    """ControlledShutdown response (API key 7), versions 1-3."""
+
+    API_KEY: ClassVar[int] = 7
+
+    @dataclass(slots=True)
+    class RemainingPartition:
+        topic_name: str = ""
+        partition_index: int = 0
+
+    error_code: int = 0
+    remaining_partitions: list[ControlledShutdownResponse.RemainingPartition] = field(
+        default_factory=list
+    )
+
+
+@dataclass(slots=True)
 class FindCoordinatorRequest:
     """FindCoordinator request (API key 10), versions 0-4."""
 
@@ -584,6 +612,54 @@ class InitProducerIdResponse:
 
 
 @dataclass(slots=True)
+class OffsetForLeaderEpochRequest:
+    """OffsetForLeaderEpoch request (API key 23), versions 2-4."""
+
+    API_KEY: ClassVar[int] = 23
+
+    @dataclass(slots=True)
+    class OffsetForLeaderTopic:
+        topic: str = ""
+        partitions: list[OffsetForLeaderEpochRequest.OffsetForLeaderPartition] = field(
+            default_factory=list
+        )
+
+    @dataclass(slots=True)
+    class OffsetForLeaderPartition:
+        partition: int = 0
+        current_leader_epoch: int = -1
+        leader_epoch: int = 0
+
+    # v3+
+    replica_id: int = -2
+    topics: list[OffsetForLeaderEpochRequest.OffsetForLeaderTopic] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetForLeaderEpochResponse:
+    """OffsetForLeaderEpoch response (API key 23), versions 2-4."""
+
+    API_KEY: ClassVar[int] = 23
+
+    @dataclass(slots=True)
+    class OffsetForLeaderTopicResult:
+        topic: str = ""
+        partitions: list[OffsetForLeaderEpochResponse.EpochEndOffset] = field(default_factory=list)
+
+    @dataclass(slots=True)
+    class EpochEndOffset:
+        error_code: int = 0
+        partition: int = 0
+        leader_epoch: int = -1
+        end_offset: int = -1
+
+    throttle_time_ms: int = 0
+    topics: list[OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult] = field(
+        default_factory=list
+    )
+
+
+@dataclass(slots=True)
 class DescribeConfigsRequest:
     """DescribeConfigs request (API key 32), versions 1-4."""
 
@@ -726,11 +802,13 @@ RequestBody = (
     | FetchRequest
     | ListOffsetsRequest
     | MetadataRequest
+    | ControlledShutdownRequest
     | FindCoordinatorRequest
     | ApiVersionsRequest
     | CreateTopicsRequest
     | DeleteTopicsRequest
     | InitProducerIdRequest
+    | OffsetForLeaderEpochRequest
     | DescribeConfigsRequest
     | AlterConfigsRequest
     | IncrementalAlterConfigsRequest
@@ -740,11 +818,13 @@ ResponseBody = (
     | FetchResponse
     | ListOffsetsResponse
     | MetadataResponse
+    | ControlledShutdownResponse
     | FindCoordinatorResponse
     | ApiVersionsResponse
     | CreateTopicsResponse
     | DeleteTopicsResponse
     | InitProducerIdResponse
+    | OffsetForLeaderEpochResponse
     | DescribeConfigsResponse
     | AlterConfigsResponse
     | IncrementalAlterConfigsResponse
@@ -755,11 +835,13 @@ REQUEST_CLASSES: dict[int, type[RequestBody]] = {
     1: FetchRequest,
     2: ListOffsetsRequest,
     3: MetadataRequest,
+    7: ControlledShutdownRequest,
     10: FindCoordinatorRequest,
     18: ApiVersionsRequest,
     19: CreateTopicsRequest,
     20: DeleteTopicsRequest,
     22: InitProducerIdRequest,
+    23: OffsetForLeaderEpochRequest,
     32: DescribeConfigsRequest,
     33: AlterConfigsRequest,
     44: IncrementalAlterConfigsRequest,
@@ -770,11 +852,13 @@ RESPONSE_CLASSES: dict[int, type[ResponseBody]] = {
     1: FetchResponse,
     2: ListOffsetsResponse,
     3: MetadataResponse,
+    7: ControlledShutdownResponse,
     10: FindCoordinatorResponse,
     18: ApiVersionsResponse,
     19: CreateTopicsResponse,
     20: DeleteTopicsResponse,
     22: InitProducerIdResponse,
+    23: OffsetForLeaderEpochResponse,
     32: DescribeConfigsResponse,
     33: AlterConfigsResponse,
     44: IncrementalAlterConfigsResponse,
