@@ -46,6 +46,8 @@ class PartitionMetadata:
     leader: int  # layout.NO_LEADER (-1) when none
     leader_epoch: int
     isr: tuple[int, ...]
+    # The state znode's version: leaders and the controller write it back conditionally on it.
+    state_version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +236,8 @@ class _TopicParts:
     name: str
     assignment: TopicAssignment | None = None
     assignment_zxid: int = 0
-    states: dict[int, tuple[PartitionState, int]] = field(default_factory=dict)  # (state, czxid)
+    # partition -> (state, czxid, znode version)
+    states: dict[int, tuple[PartitionState, int, int]] = field(default_factory=dict)
     configs: tuple[Mapping[str, str], int] | None = None  # (overrides, czxid; 0 if no znode)
     handles: list[WatchHandle] = field(default_factory=list)
     watched_partitions: set[int] = field(default_factory=set)
@@ -253,7 +256,7 @@ class _TopicParts:
                 return None
             state = loaded[0]
             partitions[partition] = PartitionMetadata(
-                replicas, state.leader, state.leader_epoch, state.isr
+                replicas, state.leader, state.leader_epoch, state.isr, loaded[2]
             )
         return TopicMetadata(self.name, assignment.topic_id, partitions, dict(overrides))
 
@@ -410,7 +413,8 @@ class MetadataWatcher:
                 parts.states.pop(partition, None)
                 return  # deleted with its topic, or not yet created: the assignment decides
             try:
-                parts.states[partition] = (PartitionState.decode(path, data), stat.created_zxid)
+                state = PartitionState.decode(path, data)
+                parts.states[partition] = (state, stat.created_zxid, stat.version)
             except MalformedZnodeError:
                 log.exception("ignoring the state of %s-%d", parts.name, partition)
                 return
