@@ -1,17 +1,24 @@
-"""The partitions this broker hosts, and the waiting rooms of requests parked on them.
+"""The partitions this broker hosts, their replica roles, and the requests parked on them.
 
-A `Partition` pairs a `PartitionLog` with the role ZooKeeper gives this broker for it (leader and
-leader epoch). Fetch requests that want more data than there is park a future on each partition
-they read (`DataWaiters`); an append that moves the high watermark wakes them. Nothing polls.
+A `Partition` pairs a `PartitionLog` with the role ZooKeeper gives this broker for it: leader
+(tracking its followers, the ISR and the high watermark) or follower (appending what it fetched
+from the leader). Requests park futures instead of polling: consumer fetches on `data_waiters`
+(woken when the high watermark moves), follower fetches on `end_waiters` (woken by appends), and
+acks=all produce requests on `commit_waiters` (released once the high watermark passes them).
+See docs/replication.md for the rules.
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import logging
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from riverbed.hot.followers import FollowerTracker
 from riverbed.hot.log import AppendResult, LogConfig, PartitionLog
 from riverbed.hot.log_manager import LogManager
 from riverbed.hot.producer_state import DuplicateBatch, ProducerStateManager, load_producer_state
@@ -20,10 +27,13 @@ from riverbed.protocol.records import BatchHeader, stamp_log_append_time
 
 log = logging.getLogger(__name__)
 
+NO_LEADER = -1
+ZERO_UUID = uuid.UUID(int=0)
+
 
 @dataclass(eq=False)
 class DataWaiters:
-    """Futures of parked fetches, resolved when new data becomes readable (the HW moves)."""
+    """Futures of parked fetches, resolved when new data becomes readable."""
 
     _futures: set[asyncio.Future[None]] = field(default_factory=set)
 
@@ -40,48 +50,143 @@ class DataWaiters:
                 future.set_result(None)
 
 
-class Partition:
-    """A replica of one partition on this broker.
+class CommitWaiters:
+    """acks=all appends waiting for the high watermark to reach their end offset."""
 
-    Replication arrives in a later issue: for now every partition has one replica, so the leader's
-    log end offset is also its high watermark as soon as an append returns.
-    """
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._order = itertools.count()  # ties on the offset never compare futures
+
+    def park(self, end_offset: int) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._heap, (end_offset, next(self._order), future))
+        return future
+
+    def release_up_to(self, high_watermark: int) -> None:
+        while self._heap and self._heap[0][0] <= high_watermark:
+            future = heapq.heappop(self._heap)[2]
+            if not future.done():
+                future.set_result(None)
+
+    def fail_all(self, error: KafkaError) -> None:
+        waiting, self._heap = self._heap, []
+        for _, _, future in waiting:
+            if not future.done():
+                future.set_exception(error)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
+class Partition:
+    """A replica of one partition on this broker, leading or following."""
 
     def __init__(
-        self, topic: str, index: int, log: PartitionLog, producer_state: ProducerStateManager
+        self,
+        topic: str,
+        index: int,
+        log: PartitionLog,
+        producer_state: ProducerStateManager,
+        broker_id: int,
     ) -> None:
         self.topic = topic
         self.index = index
+        self.topic_id = ZERO_UUID  # set by the owner: which topic of this name the log holds
         self.log = log
         self.producer_state = producer_state
+        self.broker_id = broker_id
+        self.leader_id = NO_LEADER
         self.leader_epoch = -1
-        self.is_leader = False
+        self.replicas: tuple[int, ...] = ()
+        # The ISR as committed in ZooKeeper, and the znode version it was read or written at.
+        self.isr: frozenset[int] = frozenset()
+        self.state_version = -1
+        # An ISR change being written to ZooKeeper; the HW counts on its union with `isr`.
+        self.pending_isr: frozenset[int] | None = None
+        self.min_insync_replicas = 1
         # message.timestamp.type=LogAppendTime: the broker stamps batches with its clock.
         self.log_append_time = False
         self.data_waiters = DataWaiters()
+        self.end_waiters = DataWaiters()
+        self.commit_waiters = CommitWaiters()
+        self._followers: FollowerTracker | None = None
+        self._epoch_start_offset = 0
 
-    def become_leader(self, leader_epoch: int) -> None:
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.broker_id
+
+    # -- roles ---------------------------------------------------------------------------------
+
+    def become_leader(
+        self,
+        leader_epoch: int,
+        replicas: tuple[int, ...],
+        isr: frozenset[int],
+        state_version: int,
+        now_ms: int,
+    ) -> bool:
+        """Lead at `leader_epoch` (or take in a new ISR at the current one); True if this
+        started a new leadership term."""
         if leader_epoch < self.leader_epoch:
             raise ValueError(
-                f"{self.topic}-{self.index}: leader epoch went back "
-                f"from {self.leader_epoch} to {leader_epoch}"
+                f"{self}: leader epoch went back from {self.leader_epoch} to {leader_epoch}"
             )
-        self.leader_epoch = leader_epoch
-        self.is_leader = True
+        new_term = not self.is_leader or leader_epoch != self.leader_epoch
+        self.replicas = replicas
+        self.isr = isr
+        self.state_version = state_version
+        if new_term:
+            self.leader_id = self.broker_id
+            self.leader_epoch = leader_epoch
+            self.pending_isr = None
+            self._epoch_start_offset = self.log.log_end_offset
+            self.log.leader_epochs.assign(leader_epoch, self._epoch_start_offset)
+            followers = (replica for replica in replicas if replica != self.broker_id)
+            self._followers = FollowerTracker(followers, isr, now_ms)
+        self.maybe_advance_high_watermark()
+        return new_term
 
-    def become_non_leader(self, leader_epoch: int) -> None:
+    def become_follower(
+        self, leader_id: int, leader_epoch: int, replicas: tuple[int, ...], isr: frozenset[int]
+    ) -> bool:
+        """Follow `leader_id` (NO_LEADER: wait for one); True if leader or epoch changed."""
+        changed = leader_id != self.leader_id or leader_epoch != self.leader_epoch
+        was_leader = self.is_leader
+        self.leader_id = leader_id
         self.leader_epoch = max(self.leader_epoch, leader_epoch)
-        self.is_leader = False
+        self.replicas = replicas
+        self.isr = isr
+        self.pending_isr = None
+        self._followers = None
+        if was_leader:
+            self._resign()
+        return changed
+
+    def close(self) -> None:
+        """The partition is no longer hosted here: answer everything parked on it."""
+        if self.is_leader:
+            self._resign()
+        self.leader_id = NO_LEADER
+
+    def _resign(self) -> None:
+        self.commit_waiters.fail_all(
+            KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self}: leadership moved")
+        )
+        self.data_waiters.wake_all()
+        self.end_waiters.wake_all()
 
     def check_leader(self, current_leader_epoch: int = -1) -> None:
         """Raise the error a client must see when it talks to the wrong replica or epoch."""
-        if not self.is_leader:
-            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"not the leader of {self}")
         if current_leader_epoch >= 0:
             if current_leader_epoch > self.leader_epoch:
                 raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH, f"{self}: epoch is newer")
             if current_leader_epoch < self.leader_epoch:
                 raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH, f"{self}: epoch is fenced")
+        if not self.is_leader:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"not the leader of {self}")
+
+    # -- leader: appends, followers, high watermark --------------------------------------------
 
     def append_as_leader(
         self, records: memoryview, headers: list[BatchHeader], now_ms: int
@@ -96,16 +201,101 @@ class Partition:
         if self.log_append_time:
             headers = stamp_log_append_time(records, headers, now_ms)
         result = self.log.append(records, headers, self.leader_epoch)
+        self._after_append(result)
+        self.producer_state.on_append(headers, result.first_offset)
+        self.end_waiters.wake_all()
+        self.maybe_advance_high_watermark()
+        return result
+
+    def record_follower_fetch(self, follower_id: int, fetch_offset: int, now_ms: int) -> None:
+        """A follower fetched from `fetch_offset`: it has every offset below it."""
+        followers = self._followers
+        if followers is None or follower_id not in followers:
+            raise KafkaError(
+                ErrorCode.REPLICA_NOT_AVAILABLE, f"broker {follower_id} is not a replica of {self}"
+            )
+        followers.on_fetch(follower_id, fetch_offset, self.log.log_end_offset, now_ms)
+        self.maybe_advance_high_watermark()
+
+    def maybe_advance_high_watermark(self) -> bool:
+        """Move the HW to the highest offset every ISR member has (pending changes counted, so
+        the HW never relies on a replica ZooKeeper does not list yet)."""
+        followers = self._followers
+        if followers is None:
+            return False
+        members = self.isr | (self.pending_isr or frozenset())
+        bound = followers.high_watermark_bound(members, self.log.log_end_offset)
+        if bound <= self.log.high_watermark:
+            return False
+        self.log.update_high_watermark(bound)
+        self.commit_waiters.release_up_to(bound)
+        self.data_waiters.wake_all()
+        return True
+
+    def wanted_isr(self, now_ms: int, lag_max_ms: int) -> frozenset[int] | None:
+        """The ISR this leader should write now (lagging members out, caught-up replicas in), or
+        None if it is fine or a change is already being written."""
+        followers = self._followers
+        if followers is None or self.pending_isr is not None:
+            return None
+        end_offset = self.log.log_end_offset
+        lagging = followers.out_of_sync(self.isr, end_offset, now_ms, lag_max_ms)
+        joining = followers.ready_to_join(
+            set(self.replicas) - self.isr, self.log.high_watermark, self._epoch_start_offset
+        )
+        wanted = ((self.isr - lagging) | joining) | {self.broker_id}
+        return None if wanted == self.isr else frozenset(wanted)
+
+    def isr_written(self, isr: frozenset[int], state_version: int) -> None:
+        """ZooKeeper accepted the ISR change (or a re-read showed the current one)."""
+        self.isr = isr
+        self.state_version = state_version
+        self.pending_isr = None
+        self.maybe_advance_high_watermark()
+
+    def committed(self, end_offset: int) -> asyncio.Future[None]:
+        """A future resolved once the HW reaches `end_offset` (at once if it has), failed with
+        NOT_LEADER_OR_FOLLOWER if this broker stops leading first."""
+        future = self.commit_waiters.park(end_offset)
+        self.commit_waiters.release_up_to(self.log.high_watermark)
+        return future
+
+    def under_min_isr(self) -> bool:
+        return len(self.isr) < self.min_insync_replicas
+
+    # -- follower ------------------------------------------------------------------------------
+
+    def append_as_follower(
+        self, records: memoryview, headers: list[BatchHeader], leader_high_watermark: int
+    ) -> None:
+        """Append batches fetched from the leader as they are, then follow its HW."""
+        result = self.log.append_as_follower(records, headers)
+        self._after_append(result)
+        self.producer_state.rebuild(headers)
+        self.follow_high_watermark(leader_high_watermark)
+
+    def follow_high_watermark(self, leader_high_watermark: int) -> None:
+        target = min(leader_high_watermark, self.log.log_end_offset)
+        if target > self.log.high_watermark:
+            self.log.update_high_watermark(target)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop a divergent tail (offsets >= `offset`) and rebuild the producer state."""
+        if offset >= self.log.log_end_offset:
+            return
+        self.log.truncate_to(offset)
+        self.producer_state = load_producer_state(
+            self.log.directory, self.log.log_end_offset, self.log.batch_headers
+        )
+
+    # -- shared --------------------------------------------------------------------------------
+
+    def _after_append(self, result: AppendResult) -> None:
         rolled = result.segment_base_offset == result.first_offset
         if rolled and result.first_offset > self.log.log_start_offset:
             # Snapshot the state as of the new segment's base offset, so that reopening the
             # log replays at most the active segment.
             self.producer_state.take_snapshot(self.log.directory, result.first_offset)
-        self.producer_state.on_append(headers, result.first_offset)
-        # Single replica: everything appended is committed.
-        self.log.update_high_watermark(self.log.log_end_offset)
-        self.data_waiters.wake_all()
-        return result
 
     def snapshot_producer_state(self) -> None:
         """Called on clean shutdown, after the last append: the next open scans nothing."""
@@ -118,8 +308,9 @@ class Partition:
 class PartitionManager:
     """Owns the `Partition` objects of this broker, keyed by (topic, partition)."""
 
-    def __init__(self, log_manager: LogManager) -> None:
+    def __init__(self, log_manager: LogManager, broker_id: int) -> None:
         self._log_manager = log_manager
+        self._broker_id = broker_id
         self._partitions: dict[tuple[str, int], Partition] = {}
 
     def get(self, topic: str, index: int) -> Partition | None:
@@ -136,15 +327,20 @@ class PartitionManager:
     def __iter__(self) -> Iterator[Partition]:
         return iter(list(self._partitions.values()))
 
-    def ensure(self, topic: str, index: int, config: LogConfig) -> Partition:
-        """The hosted partition, opened if new; topic config changes apply live."""
+    def ensure(self, topic: str, index: int, config: LogConfig, topic_id: uuid.UUID) -> Partition:
+        """The hosted partition, opened if new; topic config changes apply live. A partition of
+        an earlier topic of the same name (deleted and created again) is deleted first."""
         partition = self._partitions.get((topic, index))
+        if partition is not None and partition.topic_id != topic_id:
+            self.remove(topic, index, delete_data=True)
+            partition = None
         if partition is None:
             partition_log = self._log_manager.get_or_create(topic, index, config)
             producer_state = load_producer_state(
                 partition_log.directory, partition_log.log_end_offset, partition_log.batch_headers
             )
-            partition = Partition(topic, index, partition_log, producer_state)
+            partition = Partition(topic, index, partition_log, producer_state, self._broker_id)
+            partition.topic_id = topic_id
             self._partitions[(topic, index)] = partition
         elif partition.log.config != config:
             partition.log.update_config(config)
@@ -155,8 +351,7 @@ class PartitionManager:
         partition = self._partitions.pop((topic, index), None)
         if partition is None:
             return
-        partition.is_leader = False
-        partition.data_waiters.wake_all()
+        partition.close()
         if delete_data:
             self._log_manager.delete(topic, index)
             log.info("deleted partition log %s", partition)

@@ -35,6 +35,7 @@ from riverbed.protocol.records_header import (
     parse_batch_header,
     stamp_log_append_time,
     validate_records,
+    validate_replicated_records,
 )
 
 __all__ = [
@@ -71,4 +72,5 @@ __all__ = [
     "parse_batch_header",
     "stamp_log_append_time",
     "validate_records",
+    "validate_replicated_records",
 ]

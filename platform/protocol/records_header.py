@@ -200,10 +200,25 @@ def validate_records(buf: Bytes, max_message_bytes: int) -> list[BatchHeader]:
       Exception): recordsCount <= 0, lastOffsetDelta != recordsCount - 1, baseOffset != 0,
       a control batch, or a producer id without a base sequence.
     """
+    headers = _intact_batches(buf, max_message_bytes)
+    position = 0
+    for header in headers:
+        _check_client_batch(header, position)
+        position += header.size_bytes
+    return headers
+
+
+def validate_replicated_records(buf: Bytes) -> list[BatchHeader]:
+    """Check batches a follower fetched from its leader: intact (sizes, CRC, codec), but with
+    the leader's offsets, epochs and control batches, which a client may not send."""
+    return _intact_batches(buf, max_message_bytes=len(buf))
+
+
+def _intact_batches(buf: Bytes, max_message_bytes: int) -> list[BatchHeader]:
     view = memoryview(buf)
     end = len(view)
     if end == 0:
-        raise CorruptRecordError(ErrorCode.CORRUPT_MESSAGE, "produce request holds no record batch")
+        raise CorruptRecordError(ErrorCode.CORRUPT_MESSAGE, "no record batch to check")
     headers = []
     position = 0
     while position < end:
@@ -225,7 +240,6 @@ def validate_records(buf: Bytes, max_message_bytes: int) -> list[BatchHeader]:
                 ErrorCode.CORRUPT_MESSAGE, f"record batch at position {position} fails its CRC"
             )
         _ = header.compression  # raises CorruptRecordError for an unknown codec
-        _check_client_batch(header, position)
         headers.append(header)
         position += header.size_bytes
     return headers

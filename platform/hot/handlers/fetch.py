@@ -6,6 +6,10 @@ partition is always returned whole (KIP-74), so a consumer can never get stuck o
 When fewer than `min_bytes` are available the request parks a future on each partition it reads
 and is woken by the next append, or answered at `max_wait_ms` with what there is.
 
+Followers fetch with their broker id as `replica_id`: they read up to the log end offset rather
+than the HW, park on appends rather than HW moves, and each fetch offset tells the leader how far
+that follower has replicated (which can move the HW and the ISR).
+
 Fetch sessions (KIP-227) are not kept: every response carries session id 0, which tells clients
 to keep sending full fetch requests — what Kafka does when its session cache is full.
 """
@@ -16,6 +20,7 @@ import asyncio
 import uuid
 from dataclasses import dataclass
 
+from riverbed.hot.followers import monotonic_ms
 from riverbed.hot.handlers.context import BrokerContext
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
@@ -24,7 +29,7 @@ from riverbed.protocol.regions import FileRegion
 TopicResponse = m.FetchResponse.FetchableTopicResponse
 PartitionData = m.FetchResponse.PartitionData
 
-# A consumer fetch names no replica; followers (a later issue) send their broker id.
+# A consumer fetch names no replica (-1); followers send their broker id (>= 0).
 CONSUMER_REPLICA_ID = -1
 # The longest a fetch may park, whatever the client asks (Kafka bounds it by its request timeout).
 FETCH_MAX_WAIT_MS_MAX = 60_000
@@ -49,18 +54,21 @@ async def handle_fetch(
     loop = asyncio.get_running_loop()
     max_wait_ms = min(max(request.max_wait_ms, 0), FETCH_MAX_WAIT_MS_MAX)
     deadline = loop.time() + max_wait_ms / 1000
+    replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
     while True:
-        reads = _read_all(ctx, request, version)
+        reads = _read_all(ctx, request, version, replica_id)
         size_bytes = sum(r.region.size for r in reads if r.region is not None)
         has_error = any(r.data.error_code != ErrorCode.NONE for r in reads)
         remaining_s = deadline - loop.time()
         if size_bytes >= request.min_bytes or has_error or remaining_s <= 0 or not reads:
             return _response(reads, version)
         _release(reads)
-        await _wait_for_data(ctx, reads, remaining_s)
+        await _wait_for_data(ctx, reads, remaining_s, follower=replica_id >= 0)
 
 
-def _read_all(ctx: BrokerContext, request: m.FetchRequest, version: int) -> list[_PartitionRead]:
+def _read_all(
+    ctx: BrokerContext, request: m.FetchRequest, version: int, replica_id: int
+) -> list[_PartitionRead]:
     """Read every requested partition once, within the request's byte budgets."""
     reads: list[_PartitionRead] = []
     budget_bytes = request.max_bytes
@@ -81,7 +89,13 @@ def _read_all(ctx: BrokerContext, request: m.FetchRequest, version: int) -> list
                 continue
             try:
                 read.region = _read_partition(
-                    ctx, name, wanted, data, budget_bytes, first_non_empty=not anything_read
+                    ctx,
+                    name,
+                    wanted,
+                    data,
+                    budget_bytes,
+                    replica_id=replica_id,
+                    first_non_empty=not anything_read,
                 )
             except KafkaError as error:
                 data.error_code = error.code
@@ -109,19 +123,32 @@ def _read_partition(
     data: PartitionData,
     budget_bytes: int,
     *,
+    replica_id: int,
     first_non_empty: bool,
 ) -> FileRegion | None:
     partition = ctx.leader_partition(topic, wanted.partition, wanted.current_leader_epoch)
     partition_log = partition.log
+    if replica_id >= 0:
+        # Checked against the log's range before it counts as the follower's position.
+        start, end = partition_log.log_start_offset, partition_log.log_end_offset
+        if not start <= wanted.fetch_offset <= end:
+            raise KafkaError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"{partition}: follower offset {wanted.fetch_offset} is outside [{start}, {end}]",
+            )
+        partition.record_follower_fetch(replica_id, wanted.fetch_offset, monotonic_ms())
+        if replica_id not in partition.isr:
+            ctx.isr_manager.check(partition)  # it may have caught up enough to rejoin
+        max_offset = partition_log.log_end_offset
+    else:
+        max_offset = partition_log.high_watermark
     data.high_watermark = partition_log.high_watermark
     data.last_stable_offset = partition_log.high_watermark
     data.log_start_offset = partition_log.log_start_offset
     max_bytes = min(wanted.partition_max_bytes, budget_bytes)
     if max_bytes <= 0 and not first_non_empty:
         return None
-    result = partition_log.read(
-        wanted.fetch_offset, max(max_bytes, 0), partition_log.high_watermark
-    )
+    result = partition_log.read(wanted.fetch_offset, max(max_bytes, 0), max_offset)
     if result is None:
         return None
     region = result.region
@@ -132,22 +159,26 @@ def _read_partition(
     return region
 
 
-async def _wait_for_data(ctx: BrokerContext, reads: list[_PartitionRead], timeout_s: float) -> None:
-    """Park until an append to one of the read partitions, or the timeout."""
+async def _wait_for_data(
+    ctx: BrokerContext, reads: list[_PartitionRead], timeout_s: float, *, follower: bool
+) -> None:
+    """Park until new data is readable in one of the read partitions (an append for followers,
+    a HW move for consumers), or the timeout."""
     future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     parked = []
     for read in reads:
         partition = ctx.partitions.get(read.topic, read.data.partition_index)
         if partition is not None:
-            partition.data_waiters.park(future)
-            parked.append(partition)
+            waiters = partition.end_waiters if follower else partition.data_waiters
+            waiters.park(future)
+            parked.append(waiters)
     try:
         await asyncio.wait_for(asyncio.shield(future), timeout_s)
     except TimeoutError:
         pass
     finally:
-        for partition in parked:
-            partition.data_waiters.unpark(future)
+        for waiters in parked:
+            waiters.unpark(future)
 
 
 def _response(reads: list[_PartitionRead], version: int) -> m.FetchResponse:

@@ -2,11 +2,22 @@
 
 The broker never decodes records here (the hot-path rule): `validate_records` reads batch headers
 and checks CRCs, `Partition.append_as_leader` rewrites base offsets in place and writes the bytes.
+
+acks=all: refused up front with NOT_ENOUGH_REPLICAS when the ISR is smaller than
+`min.insync.replicas`; otherwise every partition's append is parked until the high watermark
+passes it (all ISR members have it) — all partitions of the request wait together, up to the
+request's `timeout_ms` — and the answer is NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank
+below the minimum meanwhile. acks=1 answers after the leader's own append.
 """
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
+from typing import Final
+
 from riverbed.hot.handlers.context import BrokerContext
+from riverbed.hot.partitions import Partition
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.records import validate_records
@@ -14,28 +25,50 @@ from riverbed.protocol.records import validate_records
 TopicResponse = m.ProduceResponse.TopicProduceResponse
 PartitionResponse = m.ProduceResponse.PartitionProduceResponse
 
-ACKS_NONE = 0
-ACKS_LEADER = 1
-ACKS_ALL = -1
+ACKS_NONE: Final = 0
+ACKS_LEADER: Final = 1
+ACKS_ALL: Final = -1
+# The longest an acks=all request may wait for its followers, whatever the client asks.
+PRODUCE_TIMEOUT_MS_MAX: Final = 300_000
+
+
+@dataclass(slots=True)
+class _Pending:
+    """An acks=all append waiting for its commit."""
+
+    response: PartitionResponse
+    partition: Partition
+    committed: asyncio.Future[None]
 
 
 async def handle_produce(ctx: BrokerContext, request: m.ProduceRequest) -> m.ProduceResponse | None:
     responses = []
+    pending: list[_Pending] = []
     for topic in request.topic_data:
-        partition_responses = [
-            _produce_partition(ctx, request.acks, topic.name, data.index, data.records)
-            for data in topic.partition_data
-        ]
+        partition_responses = []
+        for data in topic.partition_data:
+            response, appended = _produce_partition(
+                ctx, request.acks, topic.name, data.index, data.records
+            )
+            partition_responses.append(response)
+            if appended is not None and request.acks == ACKS_ALL:
+                partition, end_offset = appended
+                committed = partition.committed(end_offset)
+                pending.append(_Pending(response, partition, committed))
         responses.append(TopicResponse(name=topic.name, partition_responses=partition_responses))
     if request.acks == ACKS_NONE:
         # acks=0: the client expects no response at all (errors are only visible in logs).
         return None
+    if pending:
+        await _wait_for_commits(pending, min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX))
     return m.ProduceResponse(responses=responses)
 
 
 def _produce_partition(
     ctx: BrokerContext, acks: int, topic: str, index: int, records: object
-) -> PartitionResponse:
+) -> tuple[PartitionResponse, tuple[Partition, int] | None]:
+    """Append one partition's batches; the response, and the partition with the offset its HW
+    must reach for the append to count as committed (None after an error)."""
     try:
         if acks not in (ACKS_NONE, ACKS_LEADER, ACKS_ALL):
             raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not 0, 1 or -1")
@@ -43,16 +76,53 @@ def _produce_partition(
         if not isinstance(records, memoryview) or len(records) == 0:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "produce request carries no record batch")
         headers = validate_records(records, partition.log.config.max_message_bytes)
+        if acks == ACKS_ALL and partition.under_min_isr():
+            raise KafkaError(
+                ErrorCode.NOT_ENOUGH_REPLICAS,
+                f"{partition}: {len(partition.isr)} in-sync replicas, "
+                f"min.insync.replicas is {partition.min_insync_replicas}",
+            )
         now_ms = ctx.now_ms()
         result = partition.append_as_leader(records, headers, now_ms)
     except KafkaError as error:
-        return PartitionResponse(
-            index=index, error_code=error.code, base_offset=-1, error_message=str(error)
-        )
-    return PartitionResponse(
+        return _error_response(index, error), None
+    response = PartitionResponse(
         index=index,
         error_code=ErrorCode.NONE,
         base_offset=result.first_offset,
         log_append_time_ms=now_ms if partition.log_append_time else -1,
         log_start_offset=partition.log.log_start_offset,
+    )
+    # A retried duplicate waits for its original offsets, as Kafka's delayed produce does.
+    return response, (partition, result.last_offset + 1)
+
+
+async def _wait_for_commits(pending: list[_Pending], timeout_ms: int) -> None:
+    _, not_done = await asyncio.wait([p.committed for p in pending], timeout=timeout_ms / 1000)
+    for item in pending:
+        future = item.committed
+        if future in not_done:
+            future.cancel()
+            message = f"{item.partition}: not replicated to the ISR within {timeout_ms} ms"
+            _fail(item, KafkaError(ErrorCode.REQUEST_TIMED_OUT, message))
+            continue
+        error = future.exception()
+        if isinstance(error, KafkaError):
+            _fail(item, error)
+        elif item.partition.under_min_isr():
+            message = (
+                f"{item.partition}: the ISR shrank below min.insync.replicas "
+                f"({item.partition.min_insync_replicas}) after the append"
+            )
+            _fail(item, KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, message))
+
+
+def _fail(item: _Pending, error: KafkaError) -> None:
+    item.response.error_code = error.code
+    item.response.error_message = str(error)
+
+
+def _error_response(index: int, error: KafkaError) -> PartitionResponse:
+    return PartitionResponse(
+        index=index, error_code=error.code, base_offset=-1, error_message=str(error)
     )

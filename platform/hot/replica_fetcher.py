@@ -1,0 +1,390 @@
+"""Followers copy their leaders' logs: one fetcher task per leader broker, one connection each
+(Kafka's num.replica.fetchers=1).
+
+A partition joins a fetcher when this broker starts following it at a new leader epoch. Before
+its first fetch at that epoch it is checked for a divergent tail (KIP-101/279): the leader tells
+the end offset of the follower's latest epoch (OffsetForLeaderEpoch) and the follower truncates
+to the smaller of that and its own end of the epoch, repeating with an older epoch while the
+leader does not know the follower's. Then fetches append the leader's batches byte for byte
+(after a CRC check) and follow the leader's high watermark.
+
+The fetcher long-polls (`replica.fetch.wait.max.ms`), so an idle follower costs the leader one
+parked request. Errors back off per fetcher (connection) or per partition (a leader that does not
+lead it yet: the metadata watch brings the change) and are retried; nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Final
+
+from riverbed.client.connection import BrokerConnection
+from riverbed.coordination.metadata_cache import MetadataCache
+from riverbed.hot.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+from riverbed.hot.log import OffsetOutOfOrderError
+from riverbed.hot.partitions import NO_LEADER, Partition
+from riverbed.protocol import messages as m
+from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.protocol.records import validate_replicated_records
+from riverbed.protocol.regions import FileRegion
+
+log = logging.getLogger(__name__)
+
+# Kafka's replica.fetch.* defaults.
+REPLICA_FETCH_WAIT_MAX_MS: Final = 500
+REPLICA_FETCH_MIN_BYTES: Final = 1
+REPLICA_FETCH_MAX_BYTES: Final = 1024 * 1024  # per partition
+REPLICA_FETCH_RESPONSE_MAX_BYTES: Final = 10 * 1024 * 1024
+REPLICA_FETCH_BACKOFF_MS: Final = 1000
+# A leader that does not know its new epoch yet (its metadata watch fires a moment after ours)
+# is asked again soon: failover time is counted in these.
+LEADER_CATCH_UP_BACKOFF_MS: Final = 50
+LEADERSHIP_LAG_ERRORS: Final = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.UNKNOWN_TOPIC_ID,
+        ErrorCode.REPLICA_NOT_AVAILABLE,
+    }
+)
+REPLICA_SOCKET_TIMEOUT_MS: Final = 30_000
+# A follower's fetch is a consumer fetch plus the replica id.
+READ_UNCOMMITTED: Final = 0
+
+
+@dataclass(eq=False, slots=True)
+class _Followed:
+    """One partition followed at one leader epoch (a new epoch is a new object)."""
+
+    partition: Partition
+    leader_epoch: int
+    truncated: bool = False
+    retry_at_s: float = 0.0  # loop time before which the partition is not fetched
+
+
+class LeaderFetcher:
+    """Copies the partitions this broker follows from one leader broker."""
+
+    def __init__(self, leader_id: int, broker_id: int, cache: MetadataCache) -> None:
+        self.leader_id = leader_id
+        self._broker_id = broker_id
+        self._cache = cache
+        self._followed: dict[tuple[str, int], _Followed] = {}
+        self._changed = asyncio.Event()
+        self._connection: BrokerConnection | None = None
+        self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{leader_id}")
+
+    def add(self, partition: Partition) -> None:
+        key = (partition.topic, partition.index)
+        current = self._followed.get(key)
+        if (
+            current is not None
+            and current.partition is partition
+            and current.leader_epoch == partition.leader_epoch
+        ):
+            return
+        self._followed[key] = _Followed(partition, partition.leader_epoch)
+        self._changed.set()
+
+    def remove(self, partition: Partition) -> None:
+        key = (partition.topic, partition.index)
+        current = self._followed.get(key)
+        if current is not None and current.partition is partition:
+            del self._followed[key]
+
+    def __len__(self) -> int:
+        return len(self._followed)
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        await self._disconnect()
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            ready = [f for f in self._followed.values() if f.retry_at_s <= loop.time()]
+            if not ready:
+                self._changed.clear()
+                wait_s = min((f.retry_at_s for f in self._followed.values()), default=None)
+                timeout_s = None if wait_s is None else max(wait_s - loop.time(), 0.0)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), timeout_s)
+                continue
+            try:
+                connection = await self._connect()
+                pending = [f for f in ready if not f.truncated]
+                if pending:
+                    await self._truncate(connection, pending)
+                fetchable = [f for f in ready if f.truncated]
+                if fetchable:
+                    await self._fetch(connection, fetchable)
+            except (OSError, TimeoutError, KafkaError) as error:
+                log.warning(
+                    "broker %d: fetching from leader %d failed: %s",
+                    self._broker_id,
+                    self.leader_id,
+                    error,
+                )
+                await self._disconnect()
+                await asyncio.sleep(REPLICA_FETCH_BACKOFF_MS / 1000)
+
+    async def _connect(self) -> BrokerConnection:
+        if self._connection is not None and not self._connection.closed:
+            return self._connection
+        registration = self._cache.broker(self.leader_id)
+        if registration is None:
+            raise KafkaError(
+                ErrorCode.LEADER_NOT_AVAILABLE, f"leader {self.leader_id} is not registered"
+            )
+        self._connection = await BrokerConnection.open(
+            registration.host,
+            registration.port,
+            client_id=f"riverbed-replica-{self._broker_id}",
+            timeout_ms=REPLICA_SOCKET_TIMEOUT_MS,
+        )
+        return self._connection
+
+    async def _disconnect(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await connection.close()
+
+    def _current(self, followed: _Followed) -> bool:
+        """Whether `followed` is still what this fetcher copies (no new epoch, not removed)."""
+        partition = followed.partition
+        key = (partition.topic, partition.index)
+        return self._followed.get(key) is followed and partition.leader_epoch == (
+            followed.leader_epoch
+        )
+
+    def _back_off(self, followed: _Followed, error: ErrorCode | None = None) -> None:
+        delay_ms = (
+            LEADER_CATCH_UP_BACKOFF_MS
+            if error in LEADERSHIP_LAG_ERRORS
+            else REPLICA_FETCH_BACKOFF_MS
+        )
+        followed.retry_at_s = asyncio.get_running_loop().time() + delay_ms / 1000
+
+    # -- truncation ----------------------------------------------------------------------------
+
+    async def _truncate(self, connection: BrokerConnection, pending: list[_Followed]) -> None:
+        by_topic: dict[str, list[m.OffsetForLeaderEpochRequest.OffsetForLeaderPartition]] = {}
+        asked: dict[tuple[str, int], tuple[_Followed, int]] = {}
+        for followed in pending:
+            partition = followed.partition
+            epoch = partition.log.leader_epochs.latest_epoch
+            if epoch == UNDEFINED_EPOCH:
+                # Nothing written under any epoch: there is no tail that could diverge.
+                followed.truncated = True
+                continue
+            by_topic.setdefault(partition.topic, []).append(
+                m.OffsetForLeaderEpochRequest.OffsetForLeaderPartition(
+                    partition=partition.index,
+                    current_leader_epoch=followed.leader_epoch,
+                    leader_epoch=epoch,
+                )
+            )
+            asked[(partition.topic, partition.index)] = (followed, epoch)
+        if not by_topic:
+            return
+        request = m.OffsetForLeaderEpochRequest(
+            replica_id=self._broker_id,
+            topics=[
+                m.OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=name, partitions=parts)
+                for name, parts in by_topic.items()
+            ],
+        )
+        response = await connection.call(
+            request, m.OffsetForLeaderEpochResponse, timeout_ms=REPLICA_SOCKET_TIMEOUT_MS
+        )
+        for topic in response.topics:
+            for result in topic.partitions:
+                entry = asked.get((topic.topic, result.partition))
+                if entry is None or not self._current(entry[0]):
+                    continue
+                followed, asked_epoch = entry
+                if result.error_code != ErrorCode.NONE:
+                    log.info(
+                        "%s: leader %d answered OffsetForLeaderEpoch with %s",
+                        followed.partition,
+                        self.leader_id,
+                        ErrorCode(result.error_code).name,
+                    )
+                    self._back_off(followed, ErrorCode(result.error_code))
+                    continue
+                self._apply_epoch_end(followed, asked_epoch, result.leader_epoch, result.end_offset)
+
+    def _apply_epoch_end(
+        self, followed: _Followed, asked_epoch: int, leader_epoch: int, end_offset: int
+    ) -> None:
+        """Truncate to where this replica's log stops agreeing with the leader's (Kafka's
+        AbstractFetcherThread.getOffsetTruncationState)."""
+        partition = followed.partition
+        log_end = partition.log.log_end_offset
+        if end_offset == UNDEFINED_EPOCH_OFFSET or leader_epoch == UNDEFINED_EPOCH:
+            # The leader knows no epoch up to ours: only the high watermark is known good.
+            offset, done = partition.log.high_watermark, True
+        else:
+            own_epoch, own_end = partition.log.leader_epochs.end_offset_for(leader_epoch, log_end)
+            if own_end == UNDEFINED_EPOCH_OFFSET:
+                offset, done = partition.log.high_watermark, True
+            elif own_epoch != leader_epoch:
+                # The leader never had our epoch: cut back to the end of the last epoch we share
+                # at most, then ask again about the epoch that leaves us at.
+                offset, done = min(own_end, log_end), False
+            else:
+                offset, done = min(end_offset, own_end, log_end), True
+        if offset < log_end:
+            log.info(
+                "%s: truncating to %d (leader %d epoch %d ends at %d; asked for epoch %d)",
+                partition,
+                offset,
+                self.leader_id,
+                leader_epoch,
+                end_offset,
+                asked_epoch,
+            )
+            partition.truncate_to(offset)
+        followed.truncated = done or partition.log.leader_epochs.latest_epoch == UNDEFINED_EPOCH
+
+    # -- fetching ------------------------------------------------------------------------------
+
+    async def _fetch(self, connection: BrokerConnection, fetchable: list[_Followed]) -> None:
+        topics: dict[str, m.FetchRequest.FetchTopic] = {}
+        sent: dict[tuple[uuid.UUID | str, int], _Followed] = {}
+        for followed in fetchable:
+            partition = followed.partition
+            metadata = self._cache.topic(partition.topic)
+            if metadata is None:
+                self._back_off(followed)
+                continue
+            topic = topics.get(partition.topic)
+            if topic is None:
+                topic = m.FetchRequest.FetchTopic(topic=partition.topic, topic_id=metadata.topic_id)
+                topics[partition.topic] = topic
+            partition_log = partition.log
+            topic.partitions.append(
+                m.FetchRequest.FetchPartition(
+                    partition=partition.index,
+                    current_leader_epoch=followed.leader_epoch,
+                    fetch_offset=partition_log.log_end_offset,
+                    last_fetched_epoch=partition_log.leader_epochs.latest_epoch,
+                    log_start_offset=partition_log.log_start_offset,
+                    partition_max_bytes=REPLICA_FETCH_MAX_BYTES,
+                )
+            )
+            sent[(metadata.topic_id, partition.index)] = followed
+            sent[(partition.topic, partition.index)] = followed
+        if not topics:
+            return
+        request = m.FetchRequest(
+            replica_id=self._broker_id,
+            replica_state=m.FetchRequest.ReplicaState(replica_id=self._broker_id),
+            max_wait_ms=REPLICA_FETCH_WAIT_MAX_MS,
+            min_bytes=REPLICA_FETCH_MIN_BYTES,
+            max_bytes=REPLICA_FETCH_RESPONSE_MAX_BYTES,
+            isolation_level=READ_UNCOMMITTED,
+            topics=list(topics.values()),
+        )
+        response = await connection.call(
+            request,
+            m.FetchResponse,
+            timeout_ms=REPLICA_SOCKET_TIMEOUT_MS + REPLICA_FETCH_WAIT_MAX_MS,
+        )
+        if response.error_code != ErrorCode.NONE:
+            raise KafkaError(ErrorCode(response.error_code), "replica fetch failed")
+        for topic_response in response.responses:
+            for data in topic_response.partitions:
+                target = sent.get((topic_response.topic_id, data.partition_index)) or sent.get(
+                    (topic_response.topic, data.partition_index)
+                )
+                if target is not None and self._current(target):
+                    self._apply(target, data)
+
+    def _apply(self, followed: _Followed, data: m.FetchResponse.PartitionData) -> None:
+        partition = followed.partition
+        error = ErrorCode(data.error_code)
+        if error == ErrorCode.NONE:
+            records = data.records
+            assert not isinstance(records, FileRegion), "decoded responses hold bytes"
+            try:
+                if records:
+                    view = memoryview(records)
+                    partition.append_as_follower(
+                        view, validate_replicated_records(view), data.high_watermark
+                    )
+                else:
+                    partition.follow_high_watermark(data.high_watermark)
+            except OffsetOutOfOrderError as problem:
+                log.warning("%s: %s; checking for divergence again", partition, problem)
+                followed.truncated = False
+            except KafkaError as problem:
+                # A corrupt batch from the leader or a failing local disk: nothing is appended;
+                # retry after a pause rather than spin.
+                log.error(
+                    "%s: could not append what leader %d sent: %s",
+                    partition,
+                    self.leader_id,
+                    problem,
+                )
+                self._back_off(followed)
+            return
+        if error == ErrorCode.OFFSET_OUT_OF_RANGE:
+            # Our log end is past the leader's (an unclean election): find where we diverge.
+            followed.truncated = False
+        else:
+            log.info("%s: leader %d answered %s", partition, self.leader_id, error.name)
+        self._back_off(followed, error)
+
+
+class ReplicaFetcherManager:
+    """The fetchers of this broker, one per leader it follows; owned by the broker."""
+
+    def __init__(self, broker_id: int, cache: MetadataCache) -> None:
+        self._broker_id = broker_id
+        self._cache = cache
+        self._fetchers: dict[int, LeaderFetcher] = {}
+        self._by_partition: dict[tuple[str, int], LeaderFetcher] = {}
+        self._retired: set[asyncio.Task[None]] = set()
+
+    def follow(self, partition: Partition) -> None:
+        """Copy `partition` from its current leader (at its current epoch)."""
+        key = (partition.topic, partition.index)
+        leader_id = partition.leader_id
+        current = self._by_partition.get(key)
+        if current is not None and current.leader_id != leader_id:
+            self.unfollow(partition)
+        if leader_id == NO_LEADER or leader_id == self._broker_id:
+            return
+        fetcher = self._fetchers.get(leader_id)
+        if fetcher is None:
+            fetcher = self._fetchers[leader_id] = LeaderFetcher(
+                leader_id, self._broker_id, self._cache
+            )
+        fetcher.add(partition)
+        self._by_partition[key] = fetcher
+
+    def unfollow(self, partition: Partition) -> None:
+        fetcher = self._by_partition.pop((partition.topic, partition.index), None)
+        if fetcher is None:
+            return
+        fetcher.remove(partition)
+        if not fetcher:
+            # Idle: stop its task and connection (in the background, owned here).
+            del self._fetchers[fetcher.leader_id]
+            task = asyncio.create_task(fetcher.stop(), name=f"stop-fetcher-{fetcher.leader_id}")
+            self._retired.add(task)
+            task.add_done_callback(self._retired.discard)
+
+    async def stop(self) -> None:
+        fetchers = list(self._fetchers.values())
+        self._fetchers.clear()
+        self._by_partition.clear()
+        await asyncio.gather(*(fetcher.stop() for fetcher in fetchers), return_exceptions=True)
+        await asyncio.gather(*self._retired, return_exceptions=True)

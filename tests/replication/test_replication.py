@@ -1,0 +1,149 @@
+"""Replication between real broker processes: followers copy the leader byte for byte, acks=all
+waits for the ISR, the ISR shrinks and expands, min.insync.replicas is enforced."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+import pytest
+from riverbed import Consumer, Producer
+from riverbed.client.admin import Admin, PartitionDescription
+from riverbed.client.types import TopicPartition
+from riverbed.errors import NotEnoughReplicasError
+
+from tests.support.broker import BrokerFactory, BrokerProcess
+
+# Short timings so a lagging follower leaves the ISR within the test's patience.
+SETTINGS = {"replica.lag.time.max.ms": "2000", "zookeeper.session.timeout.ms": "4000"}
+WAIT_S = 30.0
+
+
+def new_topic() -> str:
+    return f"repl-{uuid.uuid4().hex[:8]}"
+
+
+def start_brokers(broker_factory: BrokerFactory, count: int) -> dict[int, BrokerProcess]:
+    return {i: broker_factory(SETTINGS, broker_id=i) for i in range(1, count + 1)}
+
+
+def bootstrap(brokers: dict[int, BrokerProcess]) -> str:
+    return ",".join(b.bootstrap for b in brokers.values() if b.running)
+
+
+async def describe(admin: Admin, topic: str, partition: int = 0) -> PartitionDescription:
+    return (await admin.describe_topic(topic)).partitions[partition]
+
+
+async def wait_for(check: Callable[[], Awaitable[bool]], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+def segment_digest(broker: BrokerProcess, topic: str) -> str:
+    digest = hashlib.sha256()
+    for path in broker.segment_files(topic, 0):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+async def test_followers_hold_the_leaders_bytes_and_acks_all_waits_for_them(
+    broker_factory: BrokerFactory,
+) -> None:
+    brokers = start_brokers(broker_factory, 3)
+    topic = new_topic()
+    async with Admin(bootstrap_servers=bootstrap(brokers)) as admin:
+        await admin.create_topic(topic, partitions=1, replication_factor=3)
+        state = await describe(admin, topic)
+        assert sorted(state.replicas) == [1, 2, 3]
+        assert sorted(state.isr) == [1, 2, 3]
+        async with Producer(bootstrap_servers=bootstrap(brokers), acks="all") as producer:
+            for i in range(200):
+                await producer.send(topic, f"value-{i}".encode(), partition=0)
+            await producer.flush()
+        # acks=all returned: every ISR member has every record, so the logs are identical.
+        digests = {segment_digest(b, topic) for b in brokers.values()}
+        assert len(digests) == 1
+        async with Consumer(bootstrap_servers=bootstrap(brokers)) as consumer:
+            consumer.assign([TopicPartition(topic, 0)])
+            await consumer.seek_to_beginning(TopicPartition(topic, 0))
+            values: list[bytes] = []
+            while len(values) < 200:
+                batch = await consumer.getmany(timeout_ms=5000)
+                values += [r.value or b"" for records in batch.values() for r in records]
+        assert values == [f"value-{i}".encode() for i in range(200)]
+
+
+async def test_isr_shrinks_enforces_min_insync_and_expands_again(
+    broker_factory: BrokerFactory,
+) -> None:
+    brokers = start_brokers(broker_factory, 3)
+    topic = new_topic()
+    async with Admin(bootstrap_servers=bootstrap(brokers)) as admin:
+        await admin.create_topic(
+            topic, partitions=1, replication_factor=3, configs={"min.insync.replicas": "3"}
+        )
+        leader = (await describe(admin, topic)).leader
+        follower = next(i for i in brokers if i != leader)
+        brokers[follower].kill()
+
+        async def shrunk() -> bool:
+            return follower not in (await describe(admin, topic)).isr
+
+        await wait_for(shrunk, f"broker {follower} to leave the ISR")
+        async with Producer(
+            bootstrap_servers=brokers[leader].bootstrap, acks="all", retries=0
+        ) as producer:
+            with pytest.raises(NotEnoughReplicasError):
+                await (await producer.send(topic, b"refused", partition=0))
+        async with Producer(bootstrap_servers=brokers[leader].bootstrap, acks=1) as producer:
+            for i in range(50):
+                await producer.send(topic, f"while-down-{i}".encode(), partition=0)
+            await producer.flush()
+
+        brokers[follower].restart()
+
+        async def expanded() -> bool:
+            return follower in (await describe(admin, topic)).isr
+
+        await wait_for(expanded, f"broker {follower} to rejoin the ISR")
+        async with Producer(bootstrap_servers=bootstrap(brokers), acks="all") as producer:
+            metadata = await (await producer.send(topic, b"accepted", partition=0))
+        assert metadata.offset == 50
+        assert segment_digest(brokers[follower], topic) == segment_digest(brokers[leader], topic)
+
+
+@pytest.mark.parametrize("how", ["kill", "terminate"])
+async def test_leader_loss_moves_leadership_and_acks_all_resumes(
+    broker_factory: BrokerFactory, how: str
+) -> None:
+    brokers = start_brokers(broker_factory, 3)
+    topic = new_topic()
+    async with Admin(bootstrap_servers=bootstrap(brokers)) as admin:
+        await admin.create_topic(topic, partitions=1, replication_factor=3)
+        before = await describe(admin, topic)
+        async with Producer(bootstrap_servers=bootstrap(brokers), acks="all") as producer:
+            for i in range(100):
+                await producer.send(topic, f"before-{i}".encode(), partition=0)
+            await producer.flush()
+        started = time.monotonic()
+        getattr(brokers[before.leader], how)()
+
+        async def moved() -> bool:
+            state = await describe(admin, topic)
+            return state.leader not in (before.leader, -1)
+
+        await wait_for(moved, "a new leader")
+        after = await describe(admin, topic)
+        assert after.leader_epoch > before.leader_epoch
+        assert before.leader not in after.isr
+        async with Producer(bootstrap_servers=bootstrap(brokers), acks="all") as producer:
+            metadata = await (await producer.send(topic, b"after", partition=0))
+        assert metadata.offset == 100
+        print(f"{how}: acks=all produce succeeded {time.monotonic() - started:.2f} s after")
