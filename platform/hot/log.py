@@ -13,6 +13,10 @@ Durability of sealed segments: a roll hands the sealed segment's fsync to `flush
 (LogManager passes a one-thread pool so appends never wait on a 1 GiB fsync); the recovery
 point moves to the new segment's base offset once that fsync is done. Without an executor the
 fsync runs inline during the roll.
+
+Leader epochs: `leader_epochs` records where each leader epoch's batches start (see
+riverbed.hot.leader_epoch). Its checkpoint is written before the batches it describes, so after a
+crash it may run ahead of the log, never behind it; opening the log cuts it back to the LEO.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from riverbed.hot.checkpoint import CheckpointError
 from riverbed.hot.fileio import fsync_dir
+from riverbed.hot.leader_epoch import LeaderEpochCache, leader_epoch_checkpoint_path
 from riverbed.hot.segment import (
     LOG_SUFFIX,
     NO_TIMESTAMP,
@@ -103,6 +109,11 @@ class ReadResult:
     first_batch_offset: int
 
 
+class OffsetOutOfOrderError(ValueError):
+    """A follower's batches do not continue the log: offsets below the log end offset, or not
+    strictly increasing. Nothing was written."""
+
+
 class TimestampAndOffset(NamedTuple):
     offset: int
     timestamp_ms: int
@@ -143,6 +154,8 @@ class PartitionLog:
         self._offline_reason: str | None = None
         # How many segments the last open re-scanned (0 after a clean shutdown).
         self.recovered_segments = 0
+        # Replaced by the persisted cache when `open` loads it.
+        self.leader_epochs = LeaderEpochCache(directory)
 
     # -- opening and recovery ------------------------------------------------------------------
 
@@ -171,6 +184,7 @@ class PartitionLog:
             segment.sealed = True
         partition_log = cls(directory, config, segments, now_ms, flush_executor)
         partition_log._load(recovery_point)
+        partition_log._load_leader_epochs()
         return partition_log
 
     def _load(self, recovery_point: int | None) -> None:
@@ -194,6 +208,23 @@ class PartitionLog:
             # or none at all counts from now.
             now = self._now_ms()
             self._active.roll_base_ms = now if first_timestamp < 0 else min(first_timestamp, now)
+
+    def _load_leader_epochs(self) -> None:
+        """Load the leader epoch cache; rebuild it from the batch headers if its checkpoint is
+        unreadable, or missing while the log holds data. Entries from the LEO on are dropped:
+        their batches were never written, or recovery cut them."""
+        path = leader_epoch_checkpoint_path(self._directory)
+        try:
+            if self.size_bytes and not path.exists():
+                raise FileNotFoundError(f"{path} is missing")
+            cache = LeaderEpochCache.load(self._directory)
+        except (CheckpointError, OSError) as error:
+            log.warning("%s: rebuilding the leader epoch cache from the log: %s", self, error)
+            cache = LeaderEpochCache.rebuild(
+                self._directory, self.batch_headers(self.log_start_offset)
+            )
+        cache.truncate_from_end(self.log_end_offset)
+        self.leader_epochs = cache
 
     def _recover(self, first_slot: int) -> None:
         """Re-scan segments from `first_slot` on; cut at the first invalid batch and delete
@@ -283,7 +314,8 @@ class PartitionLog:
     def append(
         self, records: memoryview, headers: list[BatchHeader], leader_epoch: int
     ) -> AppendResult:
-        """Assign offsets to already-validated batches (in place) and write them.
+        """The leader's append: assign offsets from the LEO and `leader_epoch` to
+        already-validated batches (in place) and write them.
 
         Raises KafkaError(KAFKA_STORAGE_ERROR) if the disk refuses the write; the log is then
         exactly as before and stays usable.
@@ -293,12 +325,40 @@ class PartitionLog:
             raise ValueError(f"{self}: nothing to append")
         first_offset = self.log_end_offset
         headers = assign_offsets(records, headers, first_offset, leader_epoch)
-        _check_consecutive(headers, first_offset)
-        now = self._now_ms()
+        problem = _offset_order_problem(headers, first_offset, gaps_allowed=False)
+        if problem is not None:
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{self}: {problem}")
+        return self._write(records, headers)
+
+    def append_as_follower(self, records: memoryview, headers: list[BatchHeader]) -> AppendResult:
+        """A follower's append: write batches fetched from the leader (CRC-checked by the caller
+        with `validate_records`) byte for byte, with the leader's offsets and epochs.
+
+        Offset gaps are legal (a compacted leader has them); the first base offset must be >= the
+        LEO and offsets must strictly increase, else OffsetOutOfOrderError and nothing is
+        written. Disk errors as in `append`.
+        """
+        self._check_usable()
+        if not headers:
+            raise ValueError(f"{self}: nothing to append")
+        covered_bytes = sum(header.size_bytes for header in headers)
+        if covered_bytes != len(records):
+            raise ValueError(f"{self}: headers cover {covered_bytes} of {len(records)} bytes")
+        problem = _offset_order_problem(headers, self.log_end_offset, gaps_allowed=True)
+        if problem is not None:
+            raise OffsetOutOfOrderError(f"{self}: {problem}")
+        return self._write(records, headers)
+
+    def _write(self, records: memoryview, headers: list[BatchHeader]) -> AppendResult:
+        """Write batches whose offsets and epochs are final: roll if due, record new leader
+        epochs (before the batches, see the module docstring), write, flush if due."""
+        first_offset = headers[0].base_offset
         last_offset = headers[-1].last_offset
+        now = self._now_ms()
         segment = self._active
         if self._should_roll(segment, len(records), last_offset, now):
-            segment = self._roll()
+            segment = self._roll(first_offset)
+        self._assign_leader_epochs(headers)
         try:
             position = segment.append(records, headers)
         except RollbackFailedError as error:
@@ -318,7 +378,20 @@ class PartitionLog:
             self.flush_if_due()
         return AppendResult(first_offset, last_offset, now, segment.base_offset, position)
 
+    def _assign_leader_epochs(self, headers: list[BatchHeader]) -> None:
+        try:
+            for header in headers:
+                if header.partition_leader_epoch > self.leader_epochs.latest_epoch:
+                    self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
+        except OSError as error:
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: leader epoch checkpoint: {error}"
+            ) from error
+
     def _should_roll(self, segment: LogSegment, size: int, last_offset: int, now: int) -> bool:
+        # Checked even for an empty segment: a follower's offsets can jump beyond its reach.
+        if not segment.fits(last_offset, size):
+            return True
         if segment.size == 0:
             return False
         config = self.config
@@ -327,14 +400,13 @@ class PartitionLog:
             or (segment.roll_base_ms is not None and now - segment.roll_base_ms > config.segment_ms)
             or segment.offset_index.is_full
             or segment.time_index.is_full
-            or not segment.fits(last_offset, size)
         )
 
-    def _roll(self) -> LogSegment:
-        """Start a new active segment at the LEO; the sealed one is made durable in the
-        background (see the module docstring)."""
+    def _roll(self, base_offset: int) -> LogSegment:
+        """Start a new active segment at `base_offset`: the LEO, or above it when a follower's
+        batches skip offsets. The sealed one is made durable in the background (see the module
+        docstring)."""
         sealed = self._active
-        base_offset = self.log_end_offset
         try:
             new = LogSegment.create(self._directory, base_offset, self.config.index_interval_bytes)
         except OSError as error:
@@ -557,6 +629,7 @@ class PartitionLog:
             self._active.flush()
         fsync_dir(self._directory)
         end_offset = self.log_end_offset
+        self.leader_epochs.truncate_from_end(end_offset)
         self._high_watermark = min(self._high_watermark, end_offset)
         self._hw_position = None
         with self._recovery_point_lock:
@@ -625,18 +698,25 @@ def _open_segments(directory: Path, config: LogConfig) -> list[LogSegment]:
     ]
 
 
-def _check_consecutive(headers: list[BatchHeader], first_offset: int) -> None:
-    """Offsets must run on without gaps from the LEO: checked after assignment, before any
-    byte reaches the disk."""
-    expected = first_offset
+def _offset_order_problem(
+    headers: list[BatchHeader], log_end_offset: int, *, gaps_allowed: bool
+) -> str | None:
+    """Why `headers` cannot follow `log_end_offset`, if they cannot: offsets must strictly
+    increase from it, without gaps unless `gaps_allowed`. Checked before any byte is written."""
+    expected = log_end_offset
     for header in headers:
-        if header.base_offset != expected or header.last_offset_delta < 0:
-            raise KafkaError(
-                ErrorCode.UNKNOWN_SERVER_ERROR,
-                f"batch offsets {header.base_offset}..{header.last_offset} "
-                f"do not follow {expected}",
+        base_offset = header.base_offset
+        if (
+            base_offset < expected
+            or (base_offset != expected and not gaps_allowed)
+            or header.last_offset_delta < 0
+        ):
+            return (
+                f"batch offsets {base_offset}..{header.last_offset} are out of order: "
+                f"expected offsets from {expected} on"
             )
         expected = header.last_offset + 1
+    return None
 
 
 def _first_record(batch: bytes, wanted: Callable[[Record], bool]) -> Record | None:

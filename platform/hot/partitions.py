@@ -141,7 +141,12 @@ class Partition:
             self.leader_epoch = leader_epoch
             self.pending_isr = None
             self._epoch_start_offset = self.log.log_end_offset
-            self.log.leader_epochs.assign(leader_epoch, self._epoch_start_offset)
+            try:
+                self.log.leader_epochs.assign(leader_epoch, self._epoch_start_offset)
+            except OSError as error:
+                raise KafkaError(
+                    ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: cannot record epoch: {error}"
+                ) from error
             followers = (replica for replica in replicas if replica != self.broker_id)
             self._followers = FollowerTracker(followers, isr, now_ms)
         self.maybe_advance_high_watermark()

@@ -184,8 +184,9 @@ class ProducerStateManager:
             base_offset += header.last_offset_delta + 1
 
     def rebuild(self, batches: Iterable[BatchHeader]) -> None:
-        """Replay headers read back from the log (offsets assigned), without validation: what
-        is in the log was accepted when it was written."""
+        """Replay headers whose offsets are final, without validation: headers read back from
+        the log (what is in it was accepted when it was written), or a follower's batches just
+        appended with the leader's offsets (the leader validated them)."""
         for header in batches:
             self._apply(header, header.base_offset)
 
@@ -308,6 +309,17 @@ def snapshot_files(directory: Path) -> list[Path]:
     )
 
 
+def delete_snapshots_above(directory: Path, offset: int) -> int:
+    """Delete the snapshots taken above `offset`: once the log ends at `offset` (a truncation,
+    or recovery cutting a torn tail) they describe batches it no longer holds. Returns how many
+    were deleted."""
+    stale = [path for path in snapshot_files(directory) if int(path.stem) > offset]
+    for path in stale:
+        log.info("%s: removing a snapshot above the log end %d", path, offset)
+        path.unlink(missing_ok=True)
+    return len(stale)
+
+
 def load_producer_state(
     directory: Path,
     log_end_offset: int,
@@ -315,16 +327,14 @@ def load_producer_state(
 ) -> ProducerStateManager:
     """The state of a log reopened at `log_end_offset`: the latest readable snapshot at or below
     it, plus the batches after that snapshot (`batches_from(offset)` yields the headers of the
-    batches holding offsets >= offset, oldest first). Snapshots above the log end offset describe
-    batches a recovery or truncation removed and are deleted; unreadable ones too."""
+    batches holding offsets >= offset, oldest first). Snapshots above the log end offset are
+    deleted first (`delete_snapshots_above`), unreadable ones too. After a truncation, calling it
+    again with the new log end offset gives the state of the truncated log."""
+    delete_snapshots_above(directory, log_end_offset)
     manager: ProducerStateManager | None = None
     start_offset = 0
     for path in reversed(snapshot_files(directory)):
         offset = int(path.stem)
-        if offset > log_end_offset:
-            log.info("%s: removing a snapshot above the log end %d", path, log_end_offset)
-            path.unlink(missing_ok=True)
-            continue
         try:
             manager = ProducerStateManager.decode_snapshot(path.read_bytes())
         except (OSError, ValueError) as error:

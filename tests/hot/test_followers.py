@@ -1,0 +1,78 @@
+"""The leader's bookkeeping of its followers (Kafka's Replica rules) and parked acks=all appends."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from riverbed.hot.followers import UNKNOWN_OFFSET, FollowerTracker
+from riverbed.hot.partitions import CommitWaiters
+from riverbed.protocol.errors import ErrorCode, KafkaError
+
+LAG_MAX_MS = 10_000
+
+
+def test_isr_followers_start_caught_up_and_others_must_prove_it() -> None:
+    tracker = FollowerTracker([2, 3], in_sync=[1, 2], now_ms=1_000)
+    assert tracker.log_end_offset(2) == UNKNOWN_OFFSET
+    # Within the lag bound, ISR member 2 is not out of sync even before its first fetch.
+    assert not tracker.out_of_sync(
+        [1, 2], leader_end_offset=50, now_ms=5_000, lag_max_ms=LAG_MAX_MS
+    )
+    assert not tracker.out_of_sync([2], 50, now_ms=1_000 + LAG_MAX_MS, lag_max_ms=LAG_MAX_MS)
+    assert tracker.out_of_sync([2], 50, now_ms=1_001 + LAG_MAX_MS, lag_max_ms=LAG_MAX_MS) == {2}
+    # Replica 3 (outside the ISR) has never caught up.
+    assert tracker.out_of_sync([3], 50, now_ms=LAG_MAX_MS + 1, lag_max_ms=LAG_MAX_MS) == {3}
+
+
+def test_caught_up_at_the_previous_fetch_when_it_reached_that_fetchs_leader_end() -> None:
+    tracker = FollowerTracker([2], in_sync=[2], now_ms=0)
+    tracker.on_fetch(2, fetch_offset=100, leader_end_offset=100, now_ms=1_000)  # caught up
+    # Behind a busy leader, but it has everything the leader had at its previous fetch.
+    tracker.on_fetch(2, fetch_offset=100, leader_end_offset=150, now_ms=2_000)
+    tracker.on_fetch(2, fetch_offset=150, leader_end_offset=200, now_ms=3_000)
+    lagging = tracker.out_of_sync([2], 200, now_ms=2_000 + LAG_MAX_MS, lag_max_ms=LAG_MAX_MS)
+    assert not lagging  # last caught up at 2_000 (the previous fetch's time)
+    # A follower stuck at one offset stops being caught up.
+    tracker.on_fetch(2, fetch_offset=150, leader_end_offset=300, now_ms=4_000)
+    tracker.on_fetch(2, fetch_offset=150, leader_end_offset=400, now_ms=5_000)
+    assert tracker.out_of_sync([2], 400, 2_001 + LAG_MAX_MS, LAG_MAX_MS) == {2}
+
+
+def test_a_follower_at_the_leader_end_is_never_out_of_sync() -> None:
+    tracker = FollowerTracker([2], in_sync=[2], now_ms=0)
+    tracker.on_fetch(2, fetch_offset=10, leader_end_offset=10, now_ms=0)
+    assert not tracker.out_of_sync([2], 10, now_ms=10 * LAG_MAX_MS, lag_max_ms=LAG_MAX_MS)
+
+
+def test_high_watermark_bound_is_the_smallest_isr_end_and_unknown_until_all_fetched() -> None:
+    tracker = FollowerTracker([2, 3], in_sync=[1, 2, 3], now_ms=0)
+    assert tracker.high_watermark_bound([1, 2, 3], leader_end_offset=80) == UNKNOWN_OFFSET
+    tracker.on_fetch(2, 70, 80, 0)
+    tracker.on_fetch(3, 60, 80, 0)
+    assert tracker.high_watermark_bound([1, 2, 3], 80) == 60
+    assert tracker.high_watermark_bound([1, 2], 80) == 70  # 3 left the ISR
+    assert tracker.high_watermark_bound([1], 80) == 80  # the leader alone
+
+
+def test_ready_to_join_needs_the_high_watermark_and_the_epoch_start() -> None:
+    tracker = FollowerTracker([2, 3], in_sync=[1], now_ms=0)
+    tracker.on_fetch(2, 50, 60, 0)
+    tracker.on_fetch(3, 40, 60, 0)
+    assert tracker.ready_to_join([2, 3], high_watermark=45, epoch_start_offset=0) == {2}
+    assert tracker.ready_to_join([2, 3], high_watermark=45, epoch_start_offset=55) == set()
+
+
+async def test_commit_waiters_release_in_offset_order_and_fail_on_resignation() -> None:
+    waiters = CommitWaiters()
+    first, second, third = waiters.park(10), waiters.park(20), waiters.park(20)
+    waiters.release_up_to(19)
+    assert first.done() and not second.done() and not third.done()
+    waiters.release_up_to(20)
+    assert second.done() and third.done()
+    pending = waiters.park(30)
+    waiters.fail_all(KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "moved"))
+    with pytest.raises(KafkaError) as error:
+        await asyncio.wait_for(pending, 1)
+    assert error.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert len(waiters) == 0
