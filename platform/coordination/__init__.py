@@ -6,5 +6,8 @@
 - `assignment`: replica placement for new topics.
 - `metadata`: `ClusterMetadataStore`, the writes (registration, election, topics, configs).
 - `controller_election`: keeps a broker contending for /controller.
+- `controller`: the elected controller: partition leaders and ISRs on broker loss, restart and
+  controlled shutdown.
+- `partition_election`: the pure election rules the controller applies.
 - `metadata_cache`: `MetadataCache` (no I/O) fed by `MetadataWatcher` (owns the watches).
 """

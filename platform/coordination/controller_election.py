@@ -54,10 +54,17 @@ class ControllerElection:
     def _on_controller(self, data: bytes | None, stat: NodeStat | None) -> None:
         if data is None:
             self._set(False)
-            if self._attempt is None or self._attempt.done():
-                self._attempt = asyncio.get_running_loop().create_task(self._elect())
+            self._try_to_elect()
         elif stat is not None and stat.ephemeral_owner != self.store.zk.session_id:
             self._set(False)
+        elif not self.is_controller:
+            # Ours, but we never heard that our election won (its answer was lost with the
+            # connection): claim it, or the cluster would have a controller that never acts.
+            self._try_to_elect()
+
+    def _try_to_elect(self) -> None:
+        if self._attempt is None or self._attempt.done():
+            self._attempt = asyncio.get_running_loop().create_task(self._elect())
 
     def _on_state(self, state: ConnectionState) -> None:
         if state is ConnectionState.LOST:

@@ -13,7 +13,8 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from riverbed.configs import validate_topic_configs
@@ -32,6 +33,7 @@ from riverbed.coordination.zk import (
     CreateOp,
     DeleteOp,
     NodeExistsError,
+    NodeStat,
     NoNodeError,
     NotEmptyError,
     SetOp,
@@ -54,6 +56,26 @@ class BrokerIdConflictError(RuntimeError):
     """Another live session holds this broker id: two brokers were given the same broker.id."""
 
 
+class ControllerMovedError(RuntimeError):
+    """/controller_epoch moved past the version our election left: another broker has been
+    elected since, so our controller decisions must not be written (Kafka's
+    ControllerMovedException)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStateUpdate:
+    """A controller's new state for one partition, written only over `expected_version`."""
+
+    topic: str
+    partition: int
+    state: PartitionState
+    expected_version: int
+
+    @property
+    def path(self) -> str:
+        return layout.partition_state_path(self.topic, self.partition)
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -64,6 +86,8 @@ class ClusterMetadataStore:
     def __init__(self, zk: AsyncZooKeeper, rng: random.Random | None = None) -> None:
         self.zk = zk
         self.controller_epoch: int | None = None  # the epoch of our last won election
+        # The /controller_epoch znode version that election left: controller writes check it.
+        self.controller_epoch_version: int | None = None
         self._rng = rng or random.Random()
 
     async def ensure_layout(self) -> None:
@@ -144,7 +168,8 @@ class ClusterMetadataStore:
     async def elect_controller(self, broker_id: int) -> bool:
         """Try to become controller: create the ephemeral /controller and bump /controller_epoch
         (conditional on its version) in one transaction. True if we are the controller now;
-        `self.controller_epoch` then holds our epoch."""
+        `self.controller_epoch` and `self.controller_epoch_version` then hold our epoch and the
+        /controller_epoch znode version our controller writes are conditional on."""
         for _ in range(CONDITIONAL_WRITE_ATTEMPTS_MAX):
             epoch, epoch_version = await self._read_controller_epoch()
             ops: list[TransactionOp] = [
@@ -154,12 +179,16 @@ class ClusterMetadataStore:
                       epoch_version),
             ]  # fmt: skip
             try:
-                await self.zk.transaction(ops)
+                results = await self.zk.transaction(ops)
             except NodeExistsError:
                 return await self._already_controller(broker_id)
             except BadVersionError:
                 continue  # another contender bumped the epoch first: re-read
+            epoch_stat = results[1]
+            if not isinstance(epoch_stat, NodeStat):
+                raise TypeError(f"a SetOp yields a NodeStat, got {epoch_stat!r}")
             self.controller_epoch = epoch + 1
+            self.controller_epoch_version = epoch_stat.version
             log.info("broker %d is the controller, epoch %d", broker_id, epoch + 1)
             return True
         return False
@@ -177,9 +206,15 @@ class ClusterMetadataStore:
         except NoNodeError:
             return False  # vacant again; the caller's watch will trigger another attempt
         # Ours only if this very session created it (a retried election after connection loss).
-        return layout.decode_controller(data) == broker_id and (
-            stat.ephemeral_owner == self.zk.session_id
-        )
+        if (
+            layout.decode_controller(data) != broker_id
+            or stat.ephemeral_owner != self.zk.session_id
+        ):
+            return False
+        # While our /controller exists nobody else can win an election, so the current epoch is
+        # the one our transaction wrote.
+        self.controller_epoch, self.controller_epoch_version = await self._read_controller_epoch()
+        return True
 
     async def _read_controller_epoch(self) -> tuple[int, int]:
         try:
@@ -318,6 +353,35 @@ class ClusterMetadataStore:
             layout.partition_state_path(topic, partition), new_state.encode(), expected_version
         )
         return stat.version
+
+    async def write_partition_states(
+        self, updates: Sequence[PartitionStateUpdate], controller_epoch_version: int
+    ) -> list[int]:
+        """The controller's write: all `updates` in one transaction, each conditional on its
+        state znode's version, and only while /controller_epoch is still at
+        `controller_epoch_version` (our election's). Returns the new znode versions, in order.
+
+        On failure nothing is written: ControllerMovedError if another controller was elected
+        since; zk.BadVersionError / zk.NoNodeError whose `.path` names the partition state that
+        changed (a leader's ISR write: re-read, decide again) or went away (topic deleted)."""
+        epoch_check = CheckOp(layout.CONTROLLER_EPOCH_PATH, controller_epoch_version)
+        ops: list[TransactionOp] = [epoch_check]
+        ops.extend(SetOp(u.path, u.state.encode(), u.expected_version) for u in updates)
+        try:
+            results = await self.zk.transaction(ops)
+        except (BadVersionError, NoNodeError) as error:
+            if error.path == epoch_check.path:
+                raise ControllerMovedError(
+                    f"/controller_epoch is past version {controller_epoch_version}: "
+                    "another controller was elected"
+                ) from error
+            raise
+        versions = []
+        for result in results[1:]:
+            if not isinstance(result, NodeStat):
+                raise TypeError(f"a SetOp yields a NodeStat, got {result!r}")
+            versions.append(result.version)
+        return versions
 
     async def _partition_children(self, name: str) -> list[int] | None:
         """The partition numbers under the topic, None without a `partitions` znode."""

@@ -164,14 +164,21 @@ class MetadataCache:
     # ---- updates (called by MetadataWatcher, on the loop) -----------------------------------
 
     def apply_broker(self, broker_id: int, registration: BrokerRegistration | None) -> None:
-        known = broker_id in self._brokers
+        """A registration that replaces one with another timestamp is a new incarnation of the
+        broker (a restart, or a new ZooKeeper session whose removal and re-creation one watch
+        event covered): reported as the old one removed and the new one added."""
+        previous = self._brokers.get(broker_id)
+        this = frozenset({broker_id})
         if registration is None:
             self._brokers.pop(broker_id, None)
-            removed = frozenset({broker_id}) if known else frozenset()
+            removed = this if previous is not None else frozenset()
             self._notify(MetadataChange(brokers_removed=removed))
             return
         self._brokers[broker_id] = registration
-        self._notify(MetadataChange(brokers_added=frozenset() if known else frozenset({broker_id})))
+        if previous is None:
+            self._notify(MetadataChange(brokers_added=this))
+        elif previous.timestamp_ms != registration.timestamp_ms:
+            self._notify(MetadataChange(brokers_removed=this, brokers_added=this))
 
     def apply_cluster_id(self, cluster_id: str | None) -> None:
         self._cluster_id = cluster_id  # set once per cluster: not worth a change event

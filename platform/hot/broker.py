@@ -15,19 +15,30 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from riverbed.configs import BrokerConfig, effective_topic_config, topic_config
+from riverbed.coordination.controller import Controller
 from riverbed.coordination.controller_election import ControllerElection
-from riverbed.coordination.layout import BrokerRegistration
+from riverbed.coordination.layout import NO_LEADER, BrokerRegistration
 from riverbed.coordination.metadata import ClusterMetadataStore
-from riverbed.coordination.metadata_cache import MetadataCache, MetadataChange, MetadataWatcher
+from riverbed.coordination.metadata_cache import (
+    MetadataCache,
+    MetadataChange,
+    MetadataWatcher,
+    PartitionMetadata,
+)
 from riverbed.coordination.producer_ids import ProducerIdAllocator, ProducerIdIssuer
-from riverbed.coordination.zk import AsyncZooKeeper
+from riverbed.coordination.zk import AsyncZooKeeper, ConnectionState
+from riverbed.hot.controlled_shutdown import request_controlled_shutdown
 from riverbed.hot.data_dir import check_data_dir_identity
 from riverbed.hot.dispatcher import Dispatcher
-from riverbed.hot.handlers.context import BrokerContext
+from riverbed.hot.followers import monotonic_ms
+from riverbed.hot.handlers.context import BrokerContext, wall_clock_ms
+from riverbed.hot.isr import IsrManager
 from riverbed.hot.log import LogConfig
 from riverbed.hot.log_manager import LogManager
-from riverbed.hot.partitions import PartitionManager
+from riverbed.hot.partitions import Partition, PartitionManager
+from riverbed.hot.replica_fetcher import ReplicaFetcherManager
 from riverbed.hot.server import KafkaServer, ServerLimits
+from riverbed.protocol.errors import KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +63,14 @@ class Broker:
         self._store = ClusterMetadataStore(self._zk)
         self._cache = MetadataCache()
         self._watcher = MetadataWatcher(self._zk, self._cache)
-        self._election = ControllerElection(self._store, config.broker_id)
+        self._controller = Controller(
+            self._store, self._cache, config.broker_id, self._unclean_leader_election
+        )
+        self._election = ControllerElection(
+            self._store, config.broker_id, on_change=self._controller.on_election_change
+        )
+        self._fetchers = ReplicaFetcherManager(config.broker_id, self._cache)
+        self._registration_task: asyncio.Task[None] | None = None
         self._log_manager: LogManager | None = None
         self._server: KafkaServer | None = None
         self._ctx: BrokerContext | None = None
@@ -74,7 +92,7 @@ class Broker:
         # Local logs first: recovery must finish before anything is served.
         self._log_manager = await asyncio.to_thread(LogManager, data_dir, self._log_config({}))
         stack.push_async_callback(self._close_logs)
-        partitions = PartitionManager(self._log_manager)
+        partitions = PartitionManager(self._log_manager, config.broker_id)
         await self._zk.start()
         stack.push_async_callback(self._zk.stop)
         await self._store.ensure_layout()
@@ -82,6 +100,12 @@ class Broker:
         check_data_dir_identity(data_dir, cluster_id=cluster_id, broker_id=config.broker_id)
         await self._watcher.start()
         stack.push_async_callback(self._watcher.stop)
+        isr_manager = IsrManager(
+            self._store,
+            partitions,
+            broker_id=config.broker_id,
+            lag_max_ms=config.replica_lag_time_max_ms,
+        )
         # What clients are told to dial (advertised.listeners), not what this process binds.
         advertised_host, advertised_port = config.advertised_host_port
         self._ctx = BrokerContext(
@@ -93,6 +117,8 @@ class Broker:
             store=self._store,
             partitions=partitions,
             producer_ids=ProducerIdIssuer(ProducerIdAllocator(self._zk, config.broker_id)),
+            isr_manager=isr_manager,
+            controller=self._controller,
         )
         self._server = KafkaServer(
             config.host,
@@ -101,15 +127,20 @@ class Broker:
             ServerLimits(socket_request_max_bytes=config.socket_request_max_bytes),
         )
         self._cache.add_listener(self._on_metadata_change)
-        await self._store.register_broker(
-            BrokerRegistration(
-                broker_id=config.broker_id, host=advertised_host, port=advertised_port
-            )
-        )
+        # Stopped after the server (the exit stack unwinds in reverse): no follower task or
+        # ISR write outlives the logs.
+        stack.push_async_callback(self._fetchers.stop)
+        stack.push_async_callback(isr_manager.stop)
+        await self._register()
+        self._zk.add_state_listener(self._on_zk_state)
+        stack.callback(self._zk.remove_state_listener, self._on_zk_state)
+        stack.push_async_callback(self._stop_registration)
+        stack.push_async_callback(self._controller.stop)  # after the election stopped
         await self._election.start()
         stack.push_async_callback(self._election.stop)
         await self._cache_caught_up()
         self._apply_metadata()
+        await isr_manager.start()
         await self._server.start()
         stack.push_async_callback(self._server.stop)
         for loop, name in ((self._checkpoint_loop, "checkpoints"), (self._flush_loop, "flush")):
@@ -124,7 +155,18 @@ class Broker:
         )
 
     async def stop(self) -> None:
-        """Clean shutdown: stop serving, leave the cluster, close logs with a clean marker."""
+        """Clean shutdown: hand leaderships over (controlled shutdown), stop serving, leave the
+        cluster, close logs with a clean marker."""
+        if self._server is not None:
+            try:
+                await request_controlled_shutdown(
+                    self._cache, self.config.broker_id, self._controller
+                )
+                # Kafka's StopReplica: stop fetching, or the leaders would put this broker back
+                # into their ISRs and its exit would cost every partition a second ISR change.
+                await self._fetchers.stop()
+            except Exception:  # a failed handover must not prevent a clean stop
+                log.exception("controlled shutdown of broker %d failed", self.config.broker_id)
         await self._exit_stack.aclose()
         log.info("broker %d stopped", self.config.broker_id)
 
@@ -136,9 +178,44 @@ class Broker:
         if self._log_manager is not None:
             await asyncio.to_thread(self._log_manager.close)
 
+    def _unclean_leader_election(self, topic: str) -> bool:
+        metadata = self._cache.topic(topic)
+        overrides = {} if metadata is None else metadata.configs
+        return topic_config(self.config, overrides).unclean_leader_election_enable
+
     def _log_config(self, overrides: Mapping[str, str]) -> LogConfig:
         effective = effective_topic_config(self.config, overrides)
         return LogConfig.from_topic_config({k: v.value for k, v in effective.items() if v.value})
+
+    async def _register(self) -> None:
+        """(Re-)create our registration; a new timestamp tells the controller this is a new
+        incarnation of the broker, whose old leaderships must move."""
+        host, port = self.config.advertised_host_port
+        await self._store.register_broker(
+            BrokerRegistration(
+                broker_id=self.config.broker_id, host=host, port=port, timestamp_ms=wall_clock_ms()
+            )
+        )
+
+    def _on_zk_state(self, state: ConnectionState) -> None:
+        # A new session after an expired one: our ephemeral registration went with the old
+        # session. Register again, as Kafka brokers do.
+        running = self._registration_task is not None and not self._registration_task.done()
+        if state is ConnectionState.CONNECTED and not running:
+            self._registration_task = asyncio.create_task(self._reregister(), name="re-register")
+
+    async def _reregister(self) -> None:
+        try:
+            await self._register()
+            log.info(
+                "broker %d registered again after a new ZooKeeper session", self.config.broker_id
+            )
+        except Exception:
+            log.exception("broker %d could not register again", self.config.broker_id)
+
+    async def _stop_registration(self) -> None:
+        if self._registration_task is not None:
+            await _cancel(self._registration_task)
 
     async def _cache_caught_up(self) -> None:
         """Wait until our own registration is visible, so Metadata lists this broker at once."""
@@ -150,7 +227,7 @@ class Broker:
             self._apply_metadata()
 
     def _apply_metadata(self) -> None:
-        """Make the hosted partitions match ZooKeeper: open, lead, or delete (topic deleted)."""
+        """Make the hosted partitions match ZooKeeper: open, lead, follow, or delete."""
         ctx = self._require_ctx()
         wanted: set[tuple[str, int]] = set()
         for topic in self._cache.topics().values():
@@ -161,23 +238,50 @@ class Broker:
                 if self.config.broker_id not in state.replicas:
                     continue
                 wanted.add((topic.name, index))
-                partition = ctx.partitions.ensure(topic.name, index, config)
+                partition = ctx.partitions.ensure(topic.name, index, config, topic.topic_id)
                 partition.log_append_time = log_append_time
-                if state.leader == self.config.broker_id:
-                    if not partition.is_leader or partition.leader_epoch != state.leader_epoch:
-                        partition.become_leader(state.leader_epoch)
-                        # One replica: the whole local log is committed.
-                        partition.log.update_high_watermark(partition.log.log_end_offset)
-                        log.info("leading %s at epoch %d", partition, state.leader_epoch)
-                else:
-                    partition.become_non_leader(state.leader_epoch)
+                partition.min_insync_replicas = typed.min_insync_replicas
+                try:
+                    self._apply_role(partition, state)
+                except KafkaError as error:  # one failing disk must not stop the others
+                    log.error("%s: cannot take its role: %s", partition, error)
         for topic_name, index in ctx.partitions.hosted() - wanted:
+            removed = ctx.partitions.get(topic_name, index)
+            if removed is not None:
+                self._fetchers.unfollow(removed)
             ctx.partitions.remove(topic_name, index, delete_data=True)
         assert self._log_manager is not None
         for topic_name, index in set(self._log_manager.partitions()) - wanted:
             # Left on disk by a topic deleted while this broker was down.
             self._log_manager.delete(topic_name, index)
         ctx.metadata_applied()
+
+    def _apply_role(self, partition: Partition, state: PartitionMetadata) -> None:
+        isr = frozenset(state.isr)
+        if state.leader == self.config.broker_id:
+            same_term = partition.is_leader and partition.leader_epoch == state.leader_epoch
+            if same_term and state.state_version <= partition.state_version:
+                return  # our own ISR write coming back, or an older state arriving late
+            self._fetchers.unfollow(partition)
+            if partition.become_leader(
+                state.leader_epoch, state.replicas, isr, state.state_version, monotonic_ms()
+            ):
+                log.info(
+                    "leading %s at epoch %d (ISR %s)", partition, state.leader_epoch, state.isr
+                )
+            return
+        if partition.become_follower(state.leader, state.leader_epoch, state.replicas, isr):
+            if state.leader == NO_LEADER:
+                self._fetchers.unfollow(partition)
+                log.info("%s has no leader at epoch %d", partition, state.leader_epoch)
+            else:
+                self._fetchers.follow(partition)
+                log.info(
+                    "following %s from broker %d at epoch %d",
+                    partition,
+                    state.leader,
+                    state.leader_epoch,
+                )
 
     async def _checkpoint_loop(self) -> None:
         assert self._log_manager is not None

@@ -9,12 +9,14 @@ from riverbed.hot.handlers.alter_configs import (
 )
 from riverbed.hot.handlers.api_versions import handle_api_versions
 from riverbed.hot.handlers.context import BrokerContext
+from riverbed.hot.handlers.controlled_shutdown import handle_controlled_shutdown
 from riverbed.hot.handlers.describe_configs import handle_describe_configs
 from riverbed.hot.handlers.fetch import handle_fetch
 from riverbed.hot.handlers.find_coordinator import handle_find_coordinator
 from riverbed.hot.handlers.init_producer_id import handle_init_producer_id
 from riverbed.hot.handlers.list_offsets import handle_list_offsets
 from riverbed.hot.handlers.metadata import handle_metadata
+from riverbed.hot.handlers.offset_for_leader_epoch import handle_offset_for_leader_epoch
 from riverbed.hot.handlers.produce import handle_produce
 from riverbed.hot.server import Chunk
 from riverbed.protocol import messages as m
@@ -65,4 +67,8 @@ class Dispatcher:
                 return await handle_incremental_alter_configs(ctx, body)
             case m.InitProducerIdRequest():
                 return await handle_init_producer_id(ctx, body)
+            case m.ControlledShutdownRequest():
+                return await handle_controlled_shutdown(ctx, body)
+            case m.OffsetForLeaderEpochRequest():
+                return await handle_offset_for_leader_epoch(ctx, body)
         raise TypeError(f"no handler for {type(body).__name__} (api key {header.api_key})")

@@ -77,6 +77,7 @@ class LeaderFetcher:
         self._followed: dict[tuple[str, int], _Followed] = {}
         self._changed = asyncio.Event()
         self._connection: BrokerConnection | None = None
+        self._stopping = False
         self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{leader_id}")
 
     def add(self, partition: Partition) -> None:
@@ -101,13 +102,16 @@ class LeaderFetcher:
         return len(self._followed)
 
     async def stop(self) -> None:
+        # The flag as well as the cancel: Python 3.11's asyncio.wait_for can swallow a
+        # cancellation that races with its result, and the loop must end anyway.
+        self._stopping = True
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
         await self._disconnect()
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        while True:
+        while not self._stopping:
             ready = [f for f in self._followed.values() if f.retry_at_s <= loop.time()]
             if not ready:
                 self._changed.clear()
@@ -352,9 +356,13 @@ class ReplicaFetcherManager:
         self._fetchers: dict[int, LeaderFetcher] = {}
         self._by_partition: dict[tuple[str, int], LeaderFetcher] = {}
         self._retired: set[asyncio.Task[None]] = set()
+        self._stopped = False
 
     def follow(self, partition: Partition) -> None:
-        """Copy `partition` from its current leader (at its current epoch)."""
+        """Copy `partition` from its current leader (at its current epoch); nothing once
+        stopped (a broker shutting down must not rejoin ISRs)."""
+        if self._stopped:
+            return
         key = (partition.topic, partition.index)
         leader_id = partition.leader_id
         current = self._by_partition.get(key)
@@ -383,6 +391,8 @@ class ReplicaFetcherManager:
             task.add_done_callback(self._retired.discard)
 
     async def stop(self) -> None:
+        """Stop every fetcher for good (idempotent)."""
+        self._stopped = True
         fetchers = list(self._fetchers.values())
         self._fetchers.clear()
         self._by_partition.clear()

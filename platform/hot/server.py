@@ -66,6 +66,10 @@ class KafkaServer:
         self._limits = limits
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        # Connections waiting for their next request (nothing in flight), with their writers:
+        # a shutdown closes these at once and waits only for requests being served.
+        self._idle: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._stopping = False
 
     @property
     def port(self) -> int:
@@ -79,9 +83,13 @@ class KafkaServer:
         )
 
     async def stop(self) -> None:
-        """Stop accepting, give in-flight requests a grace period, then close every connection."""
+        """Stop accepting, close idle connections, give in-flight requests a grace period, then
+        close every connection."""
+        self._stopping = True
         if self._server is not None:
             self._server.close()
+        for writer in self._idle.values():
+            writer.close()  # the pending read sees end-of-stream and the connection ends
         if self._connections:
             _, pending = await asyncio.wait(set(self._connections), timeout=SHUTDOWN_GRACE_S)
             for task in pending:
@@ -114,7 +122,15 @@ class KafkaServer:
         while True:
             event = connection.next_event()
             if event is NEED_DATA:
-                data = await reader.read(READ_CHUNK_BYTES)
+                if self._stopping:
+                    return
+                task = asyncio.current_task()
+                assert task is not None
+                self._idle[task] = writer
+                try:
+                    data = await reader.read(READ_CHUNK_BYTES)
+                finally:
+                    del self._idle[task]
                 if not data:
                     return
                 connection.receive_data(data)

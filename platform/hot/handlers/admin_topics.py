@@ -55,12 +55,6 @@ async def _create_topic(
         raise KafkaError(
             ErrorCode.INVALID_REQUEST, "manual replica assignments are not supported yet"
         )
-    if _replication_factor(ctx, topic) > 1:
-        # Never advertise what is not implemented: replicas arrive with the replication issue.
-        raise KafkaError(
-            ErrorCode.INVALID_REPLICATION_FACTOR,
-            "replication.factor > 1 is not supported yet (replication is not implemented)",
-        )
     configs = {c.name: c.value for c in topic.configs if c.value is not None}
     try:
         validated = validate_topic_configs(configs)

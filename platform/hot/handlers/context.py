@@ -8,9 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from riverbed.configs import BrokerConfig
+from riverbed.coordination.controller import Controller
 from riverbed.coordination.metadata import ClusterMetadataStore
 from riverbed.coordination.metadata_cache import MetadataCache
 from riverbed.coordination.producer_ids import ProducerIdIssuer
+from riverbed.hot.isr import IsrManager
 from riverbed.hot.partitions import Partition, PartitionManager
 from riverbed.protocol.errors import ErrorCode, KafkaError
 
@@ -29,6 +31,8 @@ class BrokerContext:
     store: ClusterMetadataStore
     partitions: PartitionManager
     producer_ids: ProducerIdIssuer
+    isr_manager: IsrManager
+    controller: Controller | None = None  # ours; active only while this broker is controller
     now_ms: Callable[[], int] = field(default=wall_clock_ms)
     # Futures of handlers waiting for a metadata change to be applied locally (see wait_until).
     _applied_waiters: set[asyncio.Future[None]] = field(default_factory=set)

@@ -1,0 +1,33 @@
+"""ControlledShutdown: a broker being stopped asks the controller to move its leaderships away.
+
+Answered by the active controller only (NOT_CONTROLLER elsewhere, so the broker finds the new
+one); the response lists the replicated partitions the broker still leads because no other
+replica is in sync. The broker retries while any remain, then stops anyway (Kafka's
+controlled.shutdown.max.retries).
+"""
+
+from __future__ import annotations
+
+from riverbed.hot.handlers.context import BrokerContext
+from riverbed.protocol import messages as m
+from riverbed.protocol.errors import ErrorCode, KafkaError
+
+RemainingPartition = m.ControlledShutdownResponse.RemainingPartition
+
+
+async def handle_controlled_shutdown(
+    ctx: BrokerContext, request: m.ControlledShutdownRequest
+) -> m.ControlledShutdownResponse:
+    if ctx.controller is None:
+        return m.ControlledShutdownResponse(error_code=ErrorCode.NOT_CONTROLLER)
+    try:
+        remaining = await ctx.controller.controlled_shutdown(request.broker_id)
+    except KafkaError as error:
+        return m.ControlledShutdownResponse(error_code=error.code)
+    return m.ControlledShutdownResponse(
+        error_code=ErrorCode.NONE,
+        remaining_partitions=[
+            RemainingPartition(topic_name=topic, partition_index=index)
+            for topic, index in remaining
+        ],
+    )
