@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
 import os
 import signal
-import socket
-import subprocess
 import sys
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
@@ -24,12 +20,10 @@ from riverbed.client.admin import Admin
 from riverbed.client.consumer import Consumer
 from riverbed.client.producer import Producer
 from riverbed.client.types import Record, TopicPartition
+from riverbed.cluster import DEFAULT_PORT_BASE, ClusterError, ClusterSpec
+from riverbed.cluster import run as run_cluster
 from riverbed.configs import BrokerConfig, parse_properties
-from riverbed.coordination.embedded_zk import (
-    EmbeddedZooKeeper,
-    ZooKeeperNotInstalledError,
-    ZooKeeperStartError,
-)
+from riverbed.coordination.embedded_zk import ZooKeeperNotInstalledError, ZooKeeperStartError
 from riverbed.coordination.metadata import BrokerIdConflictError
 from riverbed.coordination.zk import ZkError
 from riverbed.hot.log_manager import DataDirLockedError
@@ -42,8 +36,8 @@ EXIT_USAGE = 2
 EXIT_FAILURE = 1
 # `riverbed consume` without --idle-timeout-ms: how long one poll waits (it loops forever).
 CONSUME_POLL_MS = 1000
-# `riverbed dev`: how long to wait for the broker to accept connections.
-DEV_BROKER_START_TIMEOUT_S = 60.0
+# `cluster up`'s banner suggests a topic replicated this widely (Kafka's usual production value).
+DEMO_REPLICATION_FACTOR_MAX = 3
 
 
 class CliError(Exception):
@@ -54,6 +48,7 @@ class CliError(Exception):
 # one line. Anything else is a bug and keeps its traceback.
 USER_ERRORS = (
     CliError,
+    ClusterError,
     KafkaError,  # includes riverbed.configs.ConfigError
     ValueError,
     OSError,
@@ -101,10 +96,29 @@ def _parser() -> argparse.ArgumentParser:
     )
     broker.set_defaults(command=_run_broker)
 
-    dev = commands.add_parser("dev", help="local ZooKeeper + one broker for development")
-    dev.add_argument("--data-dir", default="./.riverbed", metavar="DIR")
-    dev.add_argument("--listen", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT")
-    dev.set_defaults(command=_run_dev)
+    cluster = commands.add_parser("cluster", help="run a local cluster of brokers")
+    cluster_commands = cluster.add_subparsers(required=True, metavar="ACTION")
+    up = cluster_commands.add_parser(
+        "up", help="start ZooKeeper and N brokers on 127.0.0.1 until Ctrl-C (`make run`)"
+    )
+    up.add_argument("--brokers", type=int, required=True, metavar="N", help="broker ids 1..N")
+    up.add_argument(
+        "--data-dir", required=True, metavar="DIR", help="state: DIR/broker-<id>, DIR/zookeeper"
+    )
+    up.add_argument(
+        "--zookeeper", metavar="HOST:PORT[/CHROOT]", help="use this ZooKeeper, not a local one"
+    )
+    up.add_argument(
+        "--port-base",
+        type=int,
+        default=DEFAULT_PORT_BASE,
+        metavar="P",
+        help="broker <id> listens on P + id - 1",
+    )
+    up.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a setting for every broker"
+    )
+    up.set_defaults(command=_cluster_up)
 
     topics = commands.add_parser("topics", help="create, list, describe and delete topics")
     topic_commands = topics.add_subparsers(required=True, metavar="ACTION")
@@ -211,68 +225,39 @@ def _run_broker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_dev(args: argparse.Namespace) -> int:
-    """`make run`: a local ZooKeeper from Debian's package and one broker, under --data-dir."""
-    data_dir = Path(args.data_dir).resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    host, _, port = args.listen.rpartition(":")
-    with EmbeddedZooKeeper(data_dir / "zookeeper") as zookeeper:
-        command = [
-            sys.executable,
-            "-m",
-            "riverbed.cli",
-            "broker",
-            "--id",
-            "1",
-            "--listen",
-            args.listen,
-            "--data-dir",
-            str(data_dir / "broker-1"),
-            "--zookeeper",
-            zookeeper.connect_string,
-        ]
-        broker = subprocess.Popen(command)
-        try:
-            _wait_for_port(host, int(port), broker, DEV_BROKER_START_TIMEOUT_S)
-            print(_dev_banner(args.listen, data_dir, zookeeper.connect_string), flush=True)
-            broker.wait()
-        except KeyboardInterrupt:
-            pass
-        finally:
-            if broker.poll() is None:
-                broker.send_signal(signal.SIGTERM)
-                try:
-                    broker.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    broker.kill()
+def _cluster_up(args: argparse.Namespace) -> int:
+    spec = ClusterSpec(
+        broker_count=args.brokers,
+        data_dir=Path(args.data_dir),
+        port_base=args.port_base,
+        zookeeper_connect=args.zookeeper,
+        settings=_parse_pairs(args.set, "--set"),
+    )
+
+    def announce(zookeeper_connect: str) -> None:
+        print(_cluster_banner(spec, zookeeper_connect), flush=True)
+
+    status = run_cluster(spec, announce)
     print("riverbed: stopped", file=sys.stderr)
-    return 0 if broker.returncode in (0, -signal.SIGTERM) else EXIT_FAILURE
+    return status
 
 
-def _wait_for_port(
-    host: str, port: int, process: subprocess.Popen[bytes], timeout_s: float
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise CliError(f"the broker exited with status {process.returncode} during startup")
-        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
-            return
-        time.sleep(0.1)
-    raise CliError(f"the broker did not accept connections on {host}:{port} in {timeout_s:.0f}s")
-
-
-def _dev_banner(bootstrap: str, data_dir: Path, zookeeper: str) -> str:
+def _cluster_banner(spec: ClusterSpec, zookeeper_connect: str) -> str:
+    data_dir = spec.data_dir.resolve()
+    replicas = min(spec.broker_count, DEMO_REPLICATION_FACTOR_MAX)
+    # Any one broker is enough to bootstrap from: clients learn the others from its metadata.
+    server = f"--bootstrap-server {spec.bootstrap.split(',')[0]}"
     return f"""
-Riverbed is running.
-  bootstrap servers: {bootstrap}
-  state:             {data_dir}
-  zookeeper:         {zookeeper}
+Riverbed is running: {spec.broker_count} broker(s).
+  bootstrap servers: {spec.bootstrap}
+  zookeeper:         {zookeeper_connect}
+  state:             {data_dir}  (broker logs: {data_dir}/broker-<id>.log)
 Try it (in another terminal):
-  .venv/bin/riverbed topics create demo --partitions 3 --bootstrap-server {bootstrap}
-  seq 1 5 | .venv/bin/riverbed produce demo --bootstrap-server {bootstrap}
-  .venv/bin/riverbed consume demo --from-beginning --max 5 --bootstrap-server {bootstrap}
-  (or any Kafka client, e.g. kcat -C -b {bootstrap} -t demo -e)
+  .venv/bin/riverbed topics create demo --partitions 3 --replication-factor {replicas} {server}
+  .venv/bin/riverbed topics describe demo {server}
+  seq 1 5 | .venv/bin/riverbed produce demo {server}
+  .venv/bin/riverbed consume demo --from-beginning --max 5 {server}
+  (or any Kafka client, e.g. kcat -C -b {spec.bootstrap} -t demo -e)
 Press Ctrl-C to stop.
 """
 

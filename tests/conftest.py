@@ -4,6 +4,8 @@
 - `zk_chroot` / `zk_connect`: a fresh chroot on it per test, so tests never see each other.
 - `broker`, `broker_factory`: broker processes started as a user would (`python -m riverbed.cli
   broker ...`) on 127.0.0.1, killed at teardown (tests/support/broker.py).
+- `cluster_factory`: N such brokers as one cluster, with fault injection (kill, terminate,
+  restart, pause) and Metadata polling helpers (tests/support/cluster.py).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.broker import broker, broker_factory  # noqa: F401
+from tests.support.cluster import cluster_factory  # noqa: F401
 from tests.support.zookeeper import zk_chroot, zookeeper  # noqa: F401
 
 

@@ -1,6 +1,6 @@
 """A real standalone ZooKeeper server, run as a child process from Debian's `zookeeper` package.
 
-Used by `riverbed dev`, `riverbed cluster up` and the test fixture. The command line is the one
+Used by `riverbed cluster up` and the test fixtures. The command line is the one
 Debian's `zkServer.sh start-foreground` builds (java -cp zookeeper.jar, whose manifest Class-Path
 pulls in the rest of /usr/share/java), minus JMX, plus a log4j binding so the server's log is
 readable when startup fails. `ZooKeeperServerMain` is what `QuorumPeerMain` falls back to for a
@@ -104,7 +104,7 @@ def _death_signal_setter() -> Callable[[int, int], int] | None:
 _prctl = _death_signal_setter()
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     if _prctl is not None:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -164,7 +164,7 @@ class EmbeddedZooKeeper:
             stderr=subprocess.STDOUT,
             cwd=self.data_dir,
             start_new_session=True,
-            preexec_fn=_die_with_parent,  # one pre-resolved syscall: safe despite kazoo's threads
+            preexec_fn=die_with_parent,  # one pre-resolved syscall: safe despite kazoo's threads
         )
         _running.add(self)
         try:
