@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import client_throughput, produce_consume, startup
+from bench import client_throughput, produce_consume, replication, startup
 from bench.machine import machine_info
 from bench.options import BenchOptions, BenchResult
 
@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, Callable[[BenchOptions], BenchResult]] = {
     produce_consume.NAME: produce_consume.run,
     client_throughput.NAME: client_throughput.run,
     startup.NAME: startup.run,
+    replication.NAME: replication.run,
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 # Scratch data dirs live here (git-ignored): on the repository's disk, deleted after each run.

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
+from typing import Any
+
 from riverbed.hot.handlers.admin_topics import handle_create_topics, handle_delete_topics
 from riverbed.hot.handlers.alter_configs import (
     handle_alter_configs,
@@ -18,7 +21,7 @@ from riverbed.hot.handlers.list_offsets import handle_list_offsets
 from riverbed.hot.handlers.metadata import handle_metadata
 from riverbed.hot.handlers.offset_for_leader_epoch import handle_offset_for_leader_epoch
 from riverbed.hot.handlers.produce import handle_produce
-from riverbed.hot.server import Chunk
+from riverbed.hot.server import Deferred, Response
 from riverbed.protocol import messages as m
 from riverbed.protocol.connection import RequestHeader, encode_response
 from riverbed.protocol.messages import RequestBody, ResponseBody
@@ -34,7 +37,12 @@ class Dispatcher:
     def __init__(self, ctx: BrokerContext) -> None:
         self._ctx = ctx
 
-    async def __call__(self, header: RequestHeader, body: RequestBody) -> list[Chunk] | None:
+    async def __call__(self, header: RequestHeader, body: RequestBody) -> Response | Deferred:
+        if isinstance(body, m.ProduceRequest):
+            outcome = await handle_produce(self._ctx, body)
+            if isinstance(outcome, Coroutine):
+                return Deferred(_encode_when_done(header, outcome))
+            return None if outcome is None else encode_response(header, outcome)
         response = await self._handle(header, body)
         if response is None:
             return None
@@ -43,8 +51,6 @@ class Dispatcher:
     async def _handle(self, header: RequestHeader, body: RequestBody) -> ResponseBody | None:
         ctx, version = self._ctx, header.api_version
         match body:
-            case m.ProduceRequest():
-                return await handle_produce(ctx, body)
             case m.FetchRequest():
                 return await handle_fetch(ctx, body, version)
             case m.ListOffsetsRequest():
@@ -72,3 +78,9 @@ class Dispatcher:
             case m.OffsetForLeaderEpochRequest():
                 return await handle_offset_for_leader_epoch(ctx, body)
         raise TypeError(f"no handler for {type(body).__name__} (api key {header.api_key})")
+
+
+async def _encode_when_done(
+    header: RequestHeader, completion: Coroutine[Any, Any, ResponseBody]
+) -> Response:
+    return encode_response(header, await completion)

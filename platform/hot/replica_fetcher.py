@@ -34,8 +34,11 @@ from riverbed.protocol.regions import FileRegion
 
 log = logging.getLogger(__name__)
 
-# Kafka's replica.fetch.* defaults.
-REPLICA_FETCH_WAIT_MAX_MS: Final = 500
+# Kafka's replica.fetch.* defaults, except the wait: a fetch parked at the leader holds the
+# connection (requests are served in order), so a partition this follower starts copying from
+# that leader (a failover) waits for it. Kafka's 500 ms made failovers 0.5 s slower; 100 ms costs
+# an idle follower 10 small requests a second per leader.
+REPLICA_FETCH_WAIT_MAX_MS: Final = 100
 REPLICA_FETCH_MIN_BYTES: Final = 1
 REPLICA_FETCH_MAX_BYTES: Final = 1024 * 1024  # per partition
 REPLICA_FETCH_RESPONSE_MAX_BYTES: Final = 10 * 1024 * 1024

@@ -1,9 +1,12 @@
 """The asyncio TCP server: moves bytes between sockets and the sans-IO protocol connection.
 
 Per connection, one task reads, asks the `ServerConnection` for complete requests and handles them
-one at a time, in order — exactly like Kafka, which mutes a channel until its response is sent. That
-keeps responses in request order for pipelining clients without any reordering buffer, and bounds
-the memory a connection can hold to one frame (`socket.request.max.bytes`) plus one read.
+one at a time, in order, as Kafka does. One exception: a handler may answer with a `Deferred`
+response — an acks=all produce whose batches are appended and which now only waits for its
+followers. The connection then reads and handles its next request while that one waits (so a
+pipelining producer keeps several appends replicating at once instead of one per replication
+round trip), and responses still leave strictly in request order. Work is bounded per connection:
+one frame (`socket.request.max.bytes`), one read, and RESPONSES_OWED_MAX deferred responses.
 
 Record data in Fetch responses arrives as `FileRegion`s and is written with `loop.sendfile`, which
 uses `os.sendfile` on plaintext sockets: the kernel copies segment bytes straight to the socket.
@@ -15,8 +18,10 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from riverbed.protocol.connection import (
     NEED_DATA,
@@ -38,11 +43,23 @@ log = logging.getLogger(__name__)
 READ_CHUNK_BYTES = 256 * 1024
 # How long a clean shutdown waits for in-flight requests before closing connections.
 SHUTDOWN_GRACE_S = 5.0
+# Deferred responses one connection may owe before it stops reading: above a producer's
+# max.in.flight.requests.per.connection (5 with idempotence), so producers never hit it.
+RESPONSES_OWED_MAX = 16
 
 Chunk = bytes | FileRegion
-# A handler returns the response's encoded chunks, or None when the request gets no response
-# (Produce with acks=0).
-RequestHandler = Callable[[RequestHeader, RequestBody], Awaitable[list[Chunk] | None]]
+# A response's encoded chunks, or None when the request gets no response (Produce acks=0).
+Response = list[Chunk] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """A response still being completed; the request's ordered work (its appends) is done."""
+
+    completion: Coroutine[Any, Any, Response]
+
+
+RequestHandler = Callable[[RequestHeader, RequestBody], Awaitable[Response | Deferred]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +83,9 @@ class KafkaServer:
         self._limits = limits
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
-        # Connections waiting for their next request (nothing in flight), with their writers:
-        # a shutdown closes these at once and waits only for requests being served.
-        self._idle: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        # Every connection's reader: a shutdown ends each one's input, so connections stop
+        # after the requests they are serving.
+        self._readers: dict[asyncio.Task[None], asyncio.StreamReader] = {}
         self._stopping = False
 
     @property
@@ -83,13 +100,13 @@ class KafkaServer:
         )
 
     async def stop(self) -> None:
-        """Stop accepting, close idle connections, give in-flight requests a grace period, then
-        close every connection."""
+        """Stop accepting, end every connection's input, give the requests being served a grace
+        period to be answered, then close every connection."""
         self._stopping = True
         if self._server is not None:
             self._server.close()
-        for writer in self._idle.values():
-            writer.close()  # the pending read sees end-of-stream and the connection ends
+        for reader in self._readers.values():
+            reader.feed_eof()  # a pending read returns end-of-stream
         if self._connections:
             _, pending = await asyncio.wait(set(self._connections), timeout=SHUTDOWN_GRACE_S)
             for task in pending:
@@ -102,6 +119,7 @@ class KafkaServer:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        self._readers[task] = reader
         peer = writer.get_extra_info("peername")
         try:
             await self._serve(reader, writer)
@@ -112,6 +130,7 @@ class KafkaServer:
             log.exception("closing connection from %s after an unexpected error", peer)
         finally:
             self._connections.discard(task)
+            self._readers.pop(task, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -119,35 +138,66 @@ class KafkaServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = ServerConnection(max_frame_bytes=self._limits.socket_request_max_bytes)
         peer = writer.get_extra_info("peername")
-        while True:
-            event = connection.next_event()
-            if event is NEED_DATA:
-                if self._stopping:
-                    return
-                task = asyncio.current_task()
-                assert task is not None
-                self._idle[task] = writer
-                try:
-                    data = await reader.read(READ_CHUNK_BYTES)
-                finally:
-                    del self._idle[task]
-                if not data:
-                    return
-                connection.receive_data(data)
-            elif isinstance(event, RequestReceived):
-                chunks = await self._handle_request(event.header, event.body)
-                if chunks is not None:
-                    await write_chunks(writer, chunks)
-            elif isinstance(event, UnsupportedApiVersionsRequest):
-                writer.write(
-                    encode_unsupported_api_versions(event.correlation_id, supported_api_versions())
-                )
-                await writer.drain()
-            elif isinstance(event, CloseConnection):
-                log.warning("closing connection from %s: %s", peer, event.reason)
-                return
-            else:  # pragma: no cover - the protocol object returns only the events above
-                raise TypeError(f"unexpected protocol event {event!r}")
+        owed: deque[asyncio.Task[Response]] = deque()  # deferred responses, in request order
+        reading: asyncio.Task[bytes] | None = None
+        try:
+            while True:
+                event = connection.next_event()
+                if event is NEED_DATA:
+                    if self._stopping:
+                        break
+                    if reading is None:
+                        reading = asyncio.create_task(reader.read(READ_CHUNK_BYTES))
+                    waits: set[asyncio.Future[Any]] = {reading}
+                    if owed:
+                        waits.add(owed[0])
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                    while owed and owed[0].done():
+                        await _write_response(writer, owed.popleft().result())
+                    if reading.done():
+                        data, reading = reading.result(), None
+                        if not data:
+                            break
+                        connection.receive_data(data)
+                elif isinstance(event, RequestReceived):
+                    outcome = await self._handle_request(event.header, event.body)
+                    if isinstance(outcome, Deferred):
+                        owed.append(asyncio.create_task(outcome.completion))
+                        if len(owed) >= RESPONSES_OWED_MAX:
+                            await _write_response(writer, await owed.popleft())
+                    else:
+                        await _write_owed(writer, owed)  # earlier requests answer first
+                        await _write_response(writer, outcome)
+                elif isinstance(event, UnsupportedApiVersionsRequest):
+                    await _write_owed(writer, owed)
+                    writer.write(
+                        encode_unsupported_api_versions(
+                            event.correlation_id, supported_api_versions()
+                        )
+                    )
+                    await writer.drain()
+                elif isinstance(event, CloseConnection):
+                    log.warning("closing connection from %s: %s", peer, event.reason)
+                    break
+                else:  # pragma: no cover - the protocol object returns only the events above
+                    raise TypeError(f"unexpected protocol event {event!r}")
+            await _write_owed(writer, owed)  # answer what was accepted before the end
+        finally:
+            unfinished = [task for task in (reading, *owed) if task is not None]
+            for task in unfinished:
+                task.cancel()
+            await asyncio.gather(*unfinished, return_exceptions=True)
+
+
+async def _write_owed(writer: asyncio.StreamWriter, owed: deque[asyncio.Task[Response]]) -> None:
+    while owed:
+        await _write_response(writer, await owed[0])
+        owed.popleft()
+
+
+async def _write_response(writer: asyncio.StreamWriter, response: Response) -> None:
+    if response is not None:
+        await write_chunks(writer, response)
 
 
 async def write_chunks(writer: asyncio.StreamWriter, chunks: list[Chunk]) -> None:

@@ -13,8 +13,9 @@ below the minimum meanwhile. acks=1 answers after the leader's own append.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from riverbed.hot.handlers.context import BrokerContext
 from riverbed.hot.partitions import Partition
@@ -41,7 +42,12 @@ class _Pending:
     committed: asyncio.Future[None]
 
 
-async def handle_produce(ctx: BrokerContext, request: m.ProduceRequest) -> m.ProduceResponse | None:
+async def handle_produce(
+    ctx: BrokerContext, request: m.ProduceRequest
+) -> m.ProduceResponse | Coroutine[Any, Any, m.ProduceResponse] | None:
+    """Append every partition's batches now (in request order: nothing awaits before the
+    appends). The response, or — for acks=all appends still waiting for their followers — a
+    coroutine that completes it, so the connection can go on to its next request meanwhile."""
     responses = []
     pending: list[_Pending] = []
     for topic in request.topic_data:
@@ -59,9 +65,18 @@ async def handle_produce(ctx: BrokerContext, request: m.ProduceRequest) -> m.Pro
     if request.acks == ACKS_NONE:
         # acks=0: the client expects no response at all (errors are only visible in logs).
         return None
+    produce_response = m.ProduceResponse(responses=responses)
     if pending:
-        await _wait_for_commits(pending, min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX))
-    return m.ProduceResponse(responses=responses)
+        timeout_ms = min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX)
+        return _respond_when_committed(produce_response, pending, timeout_ms)
+    return produce_response
+
+
+async def _respond_when_committed(
+    response: m.ProduceResponse, pending: list[_Pending], timeout_ms: int
+) -> m.ProduceResponse:
+    await _wait_for_commits(pending, timeout_ms)
+    return response
 
 
 def _produce_partition(
