@@ -16,10 +16,13 @@ of /controller_epoch at the version our election left, so a deposed controller w
 plus each partition's state conditional on the znode version the decision was made from, so a
 leader's concurrent ISR change is re-read and decided again rather than overwritten.
 
-A broker whose registration ended — gone, or replaced by one with a new timestamp (a restart, a
-new ZooKeeper session) — is **fenced**: the partitions it led or was in sync for at that moment's
-leader epoch are treated as lost by it, even if it is registered again before a pass gets there.
-Fences live in this controller's memory only; a controller elected later starts without them.
+A broker that registered after a partition's state was last written — it restarted, or got a
+new ZooKeeper session — is **fenced** for that partition: the leadership or ISR place the state
+gives it belonged to its previous incarnation (whose log tail may be gone), so it is treated as
+lost, and a new leader epoch is written. This is Kafka's broker epoch (KIP-380): the zxid that
+created the broker's registration, compared with the zxid of the state's last write. Both live
+in ZooKeeper, so any controller — also one elected after the restart — fences the same way, and
+the broker applies the same rule to itself (it does not take a leadership from such a state).
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ class _Snapshot:
     current: LeaderAndIsr
     leader_epoch: int
     version: int  # the state znode's version
+    modified_zxid: int  # the state znode's last write
 
     @property
     def key(self) -> TopicPartition:
@@ -105,8 +109,7 @@ class Controller:
         self._active = False
         self._epoch = 0
         self._epoch_version = 0
-        self._registrations: dict[int, int] = {}  # broker -> registration timestamp last seen
-        self._fences: dict[int, dict[TopicPartition, int]] = {}  # broker -> partition -> epoch
+        self._registrations: dict[int, int | None] = {}  # broker -> epoch last seen
         self._shutting_down: set[int] = set()
         self._rescan = False
         self._shutdowns: deque[_ShutdownRequest] = deque()
@@ -150,8 +153,7 @@ class Controller:
         if epoch is None or version is None:
             raise RuntimeError("the controller was activated without a won election")
         self._epoch, self._epoch_version = epoch, version
-        self._registrations = {b: r.timestamp_ms for b, r in self._cache.brokers().items()}
-        self._fences.clear()
+        self._registrations = self._live_epochs()
         self._shutting_down.clear()
         self._active = True
         self._cache.add_listener(self._on_metadata_change)
@@ -254,7 +256,6 @@ class Controller:
         """One pass: elect leaders where they are lost, drop lost brokers from ISRs."""
         self._note_registrations()
         snapshots = self._snapshots()
-        self._prune_fences(snapshots)
         brokers = self._broker_view()
 
         def decide(snapshot: _Snapshot) -> LeaderAndIsr | None:
@@ -305,55 +306,36 @@ class Controller:
                 LeaderAndIsr(state.leader, state.isr),
                 state.leader_epoch,
                 state.state_version,
+                state.state_modified_zxid,
             )
             for topic in self._cache.topics().values()
             for index, state in sorted(topic.partitions.items())
         ]
 
-    # ---- fencing of ended registrations -----------------------------------------------------
+    # ---- fencing of restarted brokers ------------------------------------------------------
+
+    def _live_epochs(self) -> dict[int, int | None]:
+        return {b: self._cache.broker_epoch(b) for b in self._cache.listed_broker_ids()}
 
     def _note_registrations(self) -> None:
-        """Fence brokers whose registration ended since the last look, and forget their
-        controlled shutdown (a restarted broker may lead again)."""
-        live = {b: r.timestamp_ms for b, r in self._cache.brokers().items()}
-        for broker_id, timestamp_ms in self._registrations.items():
-            if live.get(broker_id) != timestamp_ms:
-                self._fence(broker_id)
+        """Forget the controlled shutdown of brokers whose registration ended or was replaced
+        (a restarted broker may lead again)."""
+        live = self._live_epochs()
+        for broker_id, epoch in self._registrations.items():
+            if live.get(broker_id, -1) != epoch:
                 self._shutting_down.discard(broker_id)
         self._registrations = live
 
-    def _fence(self, broker_id: int) -> None:
-        held = {
-            s.key: s.leader_epoch
-            for s in self._snapshots()
-            if broker_id == s.current.leader or broker_id in s.current.isr
-        }
-        if held:
-            self._fences[broker_id] = held
-            log.info("broker %d's registration ended: fencing %d partitions", broker_id, len(held))
-
     def _fenced(self, snapshot: _Snapshot) -> frozenset[int]:
+        """The leader and ISR members registered after the state was written (restarted since);
+        a broker whose registration is still being read is not fenced until it is known."""
+        holders = (snapshot.current.leader, *snapshot.current.isr)
         return frozenset(
             broker_id
-            for broker_id, held in self._fences.items()
-            if held.get(snapshot.key) == snapshot.leader_epoch
+            for broker_id in holders
+            if (epoch := self._cache.broker_epoch(broker_id)) is not None
+            and epoch > snapshot.modified_zxid
         )
-
-    def _prune_fences(self, snapshots: Iterable[_Snapshot]) -> None:
-        """Drop fences a new leader epoch (or the broker leaving the ISR) has made moot."""
-        by_key = {s.key: s for s in snapshots}
-        for broker_id in list(self._fences):
-            held = {
-                key: epoch
-                for key, epoch in self._fences[broker_id].items()
-                if (s := by_key.get(key)) is not None
-                and s.leader_epoch == epoch
-                and (broker_id == s.current.leader or broker_id in s.current.isr)
-            }
-            if held:
-                self._fences[broker_id] = held
-            else:
-                del self._fences[broker_id]
 
     # ---- writes -----------------------------------------------------------------------------
 
@@ -420,9 +402,7 @@ class Controller:
 
     async def _reread(self, snapshot: _Snapshot) -> _Snapshot | None:
         try:
-            state, version = await self._store.get_partition_state(
-                snapshot.topic, snapshot.partition
-            )
+            state, stat = await self._store.read_partition_state(snapshot.topic, snapshot.partition)
         except NoNodeError:
             return None  # deleted with its topic
         except MalformedZnodeError:
@@ -434,7 +414,8 @@ class Controller:
             snapshot.replicas,
             LeaderAndIsr(state.leader, state.isr),
             state.leader_epoch,
-            version,
+            stat.version,
+            stat.modified_zxid,
         )
 
     async def _cache_catches_up(self, written: Mapping[TopicPartition, int]) -> None:

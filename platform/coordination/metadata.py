@@ -112,25 +112,26 @@ class ClusterMetadataStore:
 
     # ---- brokers ----------------------------------------------------------------------------
 
-    async def register_broker(self, registration: BrokerRegistration) -> None:
-        """Create our ephemeral /brokers/ids/<id>. If a node from an expired session of this
-        broker is still there, wait for ZooKeeper to expire it (bounded), as Kafka does."""
+    async def register_broker(self, registration: BrokerRegistration) -> int:
+        """Create our ephemeral /brokers/ids/<id> and return the broker epoch (the zxid that
+        created it). If a node from an expired session of this broker is still there, wait for
+        ZooKeeper to expire it (bounded), as Kafka does."""
         path = layout.broker_path(registration.broker_id)
         data = registration.encode()
         wait_ms = STALE_REGISTRATION_WAIT_SESSIONS_MAX * self.zk.session_timeout_ms
         deadline = time.monotonic() + wait_ms / 1000
         while True:
-            try:
+            created = False
+            with contextlib.suppress(NodeExistsError):
                 await self.zk.create(path, data, ephemeral=True)
-                return
-            except NodeExistsError:
-                pass
+                created = True
             stat = await self.zk.exists(path)
             if stat is None:
                 continue  # expired between our create and our check: try again
             if stat.ephemeral_owner == self.zk.session_id:
-                await self.zk.set(path, data)  # ours already (a retried create): refresh it
-                return
+                if not created:
+                    await self.zk.set(path, data)  # ours already (a retried create): refresh it
+                return stat.created_zxid
             remaining_ms = (deadline - time.monotonic()) * 1000
             if remaining_ms <= 0:
                 raise BrokerIdConflictError(
@@ -339,9 +340,16 @@ class ClusterMetadataStore:
 
     async def get_partition_state(self, topic: str, partition: int) -> tuple[PartitionState, int]:
         """The partition's state and its znode version (for update_partition_state)."""
+        state, stat = await self.read_partition_state(topic, partition)
+        return state, stat.version
+
+    async def read_partition_state(
+        self, topic: str, partition: int
+    ) -> tuple[PartitionState, NodeStat]:
+        """The partition's state and its znode's stat (version, and zxid of the last write)."""
         path = layout.partition_state_path(topic, partition)
         data, stat = await self.zk.get(path)
-        return PartitionState.decode(path, data), stat.version
+        return PartitionState.decode(path, data), stat
 
     async def update_partition_state(
         self, topic: str, partition: int, new_state: PartitionState, expected_version: int

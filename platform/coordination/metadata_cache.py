@@ -48,6 +48,9 @@ class PartitionMetadata:
     isr: tuple[int, ...]
     # The state znode's version: leaders and the controller write it back conditionally on it.
     state_version: int = 0
+    # The zxid of the state's last write: a broker registered later (see
+    # MetadataCache.broker_epoch) has restarted since, and cannot hold a role this state gave it.
+    state_modified_zxid: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,8 @@ class MetadataCache:
 
     def __init__(self) -> None:
         self._brokers: dict[int, BrokerRegistration] = {}
+        self._broker_epochs: dict[int, int] = {}  # broker -> its registration's creation zxid
+        self._listed_broker_ids: frozenset[int] = frozenset()
         self._topics: dict[str, TopicMetadata] = {}
         self._topics_by_id: dict[uuid.UUID, TopicMetadata] = {}
         self._controller_id: int | None = None
@@ -116,6 +121,17 @@ class MetadataCache:
 
     def live_broker_ids(self) -> frozenset[int]:
         return frozenset(self._brokers)
+
+    def listed_broker_ids(self) -> frozenset[int]:
+        """The ids under /brokers/ids, including ones whose registration is still being read:
+        the controller counts these as alive (they are), so it never drops a broker from an
+        ISR merely because its registration arrived after the ISR change naming it."""
+        return self._listed_broker_ids | frozenset(self._brokers)
+
+    def broker_epoch(self, broker_id: int) -> int | None:
+        """The broker's epoch (Kafka's KIP-380): the zxid that created its current registration.
+        It grows with every restart or new ZooKeeper session; None while unknown."""
+        return self._broker_epochs.get(broker_id)
 
     def topics(self) -> Mapping[str, TopicMetadata]:
         return dict(self._topics)
@@ -163,21 +179,36 @@ class MetadataCache:
 
     # ---- updates (called by MetadataWatcher, on the loop) -----------------------------------
 
-    def apply_broker(self, broker_id: int, registration: BrokerRegistration | None) -> None:
-        """A registration that replaces one with another timestamp is a new incarnation of the
-        broker (a restart, or a new ZooKeeper session whose removal and re-creation one watch
-        event covered): reported as the old one removed and the new one added."""
+    def apply_broker_ids(self, broker_ids: frozenset[int]) -> None:
+        """The children of /brokers/ids (their registrations follow through apply_broker)."""
+        previous, self._listed_broker_ids = self._listed_broker_ids, broker_ids
+        self._notify(
+            MetadataChange(
+                brokers_added=broker_ids - previous, brokers_removed=previous - broker_ids
+            )
+        )
+
+    def apply_broker(
+        self, broker_id: int, registration: BrokerRegistration | None, epoch: int = 0
+    ) -> None:
+        """A registration that replaces one with another epoch or timestamp is a new incarnation
+        of the broker (a restart, or a new ZooKeeper session whose removal and re-creation one
+        watch event covered): reported as the old one removed and the new one added."""
         previous = self._brokers.get(broker_id)
+        previous_epoch = self._broker_epochs.get(broker_id)
         this = frozenset({broker_id})
         if registration is None:
             self._brokers.pop(broker_id, None)
+            self._broker_epochs.pop(broker_id, None)
+            self._listed_broker_ids -= this
             removed = this if previous is not None else frozenset()
             self._notify(MetadataChange(brokers_removed=removed))
             return
         self._brokers[broker_id] = registration
+        self._broker_epochs[broker_id] = epoch
         if previous is None:
             self._notify(MetadataChange(brokers_added=this))
-        elif previous.timestamp_ms != registration.timestamp_ms:
+        elif previous.timestamp_ms != registration.timestamp_ms or previous_epoch != epoch:
             self._notify(MetadataChange(brokers_removed=this, brokers_added=this))
 
     def apply_cluster_id(self, cluster_id: str | None) -> None:
@@ -243,8 +274,8 @@ class _TopicParts:
     name: str
     assignment: TopicAssignment | None = None
     assignment_zxid: int = 0
-    # partition -> (state, czxid, znode version)
-    states: dict[int, tuple[PartitionState, int, int]] = field(default_factory=dict)
+    # partition -> (state, czxid, znode version, mzxid)
+    states: dict[int, tuple[PartitionState, int, int, int]] = field(default_factory=dict)
     configs: tuple[Mapping[str, str], int] | None = None  # (overrides, czxid; 0 if no znode)
     handles: list[WatchHandle] = field(default_factory=list)
     watched_partitions: set[int] = field(default_factory=set)
@@ -263,7 +294,7 @@ class _TopicParts:
                 return None
             state = loaded[0]
             partitions[partition] = PartitionMetadata(
-                replicas, state.leader, state.leader_epoch, state.isr, loaded[2]
+                replicas, state.leader, state.leader_epoch, state.isr, loaded[2], loaded[3]
             )
         return TopicMetadata(self.name, assignment.topic_id, partitions, dict(overrides))
 
@@ -343,6 +374,7 @@ class MetadataWatcher:
 
     def _on_brokers(self, children: list[str]) -> None:
         current = {int(child) for child in children if child.isdigit()}
+        self.cache.apply_broker_ids(frozenset(current))
         for broker_id in current - set(self._broker_handles):
             self._broker_handles[broker_id] = None
             self._spawn(self._watch_broker(broker_id))
@@ -353,14 +385,15 @@ class MetadataWatcher:
             self.cache.apply_broker(broker_id, None)
 
     async def _watch_broker(self, broker_id: int) -> None:
-        def on_data(data: bytes | None, _stat: NodeStat | None) -> None:
+        def on_data(data: bytes | None, stat: NodeStat | None) -> None:
             registration = None
             if data is not None:
                 try:
                     registration = BrokerRegistration.decode(broker_id, data)
                 except MalformedZnodeError:
                     log.exception("ignoring broker %d's registration", broker_id)
-            self.cache.apply_broker(broker_id, registration)
+            epoch = 0 if stat is None else stat.created_zxid
+            self.cache.apply_broker(broker_id, registration, epoch)
 
         handle = await self.zk.watch_data(layout.broker_path(broker_id), on_data)
         if self._stopped or broker_id not in self._broker_handles:
@@ -421,7 +454,12 @@ class MetadataWatcher:
                 return  # deleted with its topic, or not yet created: the assignment decides
             try:
                 state = PartitionState.decode(path, data)
-                parts.states[partition] = (state, stat.created_zxid, stat.version)
+                parts.states[partition] = (
+                    state,
+                    stat.created_zxid,
+                    stat.version,
+                    stat.modified_zxid,
+                )
             except MalformedZnodeError:
                 log.exception("ignoring the state of %s-%d", parts.name, partition)
                 return

@@ -71,6 +71,9 @@ class Broker:
         )
         self._fetchers = ReplicaFetcherManager(config.broker_id, self._cache)
         self._registration_task: asyncio.Task[None] | None = None
+        # The zxid that created our current registration (Kafka's broker epoch, KIP-380).
+        self._broker_epoch = 0
+        self._applying_metadata = False
         self._log_manager: LogManager | None = None
         self._server: KafkaServer | None = None
         self._ctx: BrokerContext | None = None
@@ -139,6 +142,7 @@ class Broker:
         await self._election.start()
         stack.push_async_callback(self._election.stop)
         await self._cache_caught_up()
+        self._applying_metadata = True
         self._apply_metadata()
         await isr_manager.start()
         await self._server.start()
@@ -191,7 +195,7 @@ class Broker:
         """(Re-)create our registration; a new timestamp tells the controller this is a new
         incarnation of the broker, whose old leaderships must move."""
         host, port = self.config.advertised_host_port
-        await self._store.register_broker(
+        self._broker_epoch = await self._store.register_broker(
             BrokerRegistration(
                 broker_id=self.config.broker_id, host=host, port=port, timestamp_ms=wall_clock_ms()
             )
@@ -218,12 +222,17 @@ class Broker:
             await _cancel(self._registration_task)
 
     async def _cache_caught_up(self) -> None:
-        """Wait until our own registration is visible, so Metadata lists this broker at once."""
+        """Wait until our own (current) registration is visible, so Metadata lists this broker
+        at once and roles are judged against this incarnation's epoch."""
         ctx = self._require_ctx()
-        await ctx.wait_until(lambda: self.config.broker_id in self._cache.brokers(), 10.0)
+        broker_id = self.config.broker_id
+        await ctx.wait_until(
+            lambda: self._cache.broker_epoch(broker_id) == self._broker_epoch, 10.0
+        )
 
     def _on_metadata_change(self, _change: MetadataChange) -> None:
-        if self._server is not None:
+        # Roles are judged against this incarnation's registration: none before it is known.
+        if self._applying_metadata:
             self._apply_metadata()
 
     def _apply_metadata(self) -> None:
@@ -262,6 +271,19 @@ class Broker:
             same_term = partition.is_leader and partition.leader_epoch == state.leader_epoch
             if same_term and state.state_version <= partition.state_version:
                 return  # our own ISR write coming back, or an older state arriving late
+            if not same_term and state.state_modified_zxid < self._broker_epoch:
+                # Written before this incarnation registered: the leadership was our previous
+                # incarnation's (whose log tail may be lost). The controller fences it with a
+                # new epoch; until then nobody leads here.
+                if partition.become_follower(NO_LEADER, state.leader_epoch, state.replicas, isr):
+                    self._fetchers.unfollow(partition)
+                    log.info(
+                        "%s: not taking the leadership of epoch %d from before this broker "
+                        "registered; waiting for the controller",
+                        partition,
+                        state.leader_epoch,
+                    )
+                return
             self._fetchers.unfollow(partition)
             if partition.become_leader(
                 state.leader_epoch, state.replicas, isr, state.state_version, monotonic_ms()

@@ -114,10 +114,7 @@ class IsrManager:
                         continue
                     if partition.is_leader and partition.leader_epoch == epoch:
                         log.info(
-                            "%s: ISR %s -> %s",
-                            partition,
-                            sorted(partition.isr),
-                            list(new_state.isr),
+                            "%s: ISR %s -> %s", partition, list(state.isr), list(new_state.isr)
                         )
                         partition.isr_written(frozenset(new_state.isr), new_version)
                     return

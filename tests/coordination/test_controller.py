@@ -20,7 +20,7 @@ from riverbed.coordination.controller_election import ControllerElection
 from riverbed.coordination.layout import NO_LEADER, BrokerRegistration, PartitionState
 from riverbed.coordination.metadata import ClusterMetadataStore
 from riverbed.coordination.metadata_cache import MetadataCache, MetadataChange, MetadataWatcher
-from riverbed.coordination.zk import AsyncZooKeeper
+from riverbed.coordination.zk import AsyncZooKeeper, CreateOp, DeleteOp
 from riverbed.hot.controlled_shutdown import request_controlled_shutdown
 from riverbed.protocol.errors import ErrorCode, KafkaError
 
@@ -311,9 +311,13 @@ async def test_restarted_broker_loses_its_old_term(cluster: Cluster) -> None:
     await set_state(cluster, "moved", 2, (2, 3))
     await set_state(cluster, "alone", 2, (2,))
 
-    # Broker 2 registers again with a new timestamp and no removal in between, as one watch
-    # event can show a restart: the cache reports the old incarnation removed and a new added.
-    await broker_2.zk.set(layout.broker_path(2), registration(2, timestamp_ms=2).encode())
+    # Broker 2's registration is replaced in one transaction (a new creation zxid, i.e. a new
+    # broker epoch), as one watch event can show a restart: the cache reports the old
+    # incarnation removed and a new one added, and the controller fences the old one's terms.
+    path = layout.broker_path(2)
+    await broker_2.zk.transaction(
+        [DeleteOp(path), CreateOp(path, registration(2, timestamp_ms=2).encode(), ephemeral=True)]
+    )
     moved = await wait_for_state(cluster, "moved", lambda s: s.leader_epoch == 1)
     assert (moved.leader, moved.isr) == (3, (3,))
     # The only in-sync replica leads again, but in a new term.
@@ -400,3 +404,25 @@ async def test_election_adopts_a_won_election_it_did_not_hear_of(cluster: Cluste
         assert changes == [True] and store.controller_epoch == 1
     finally:
         await election.stop()
+
+
+async def test_a_controller_elected_after_a_restart_still_fences_the_old_term(
+    cluster: Cluster,
+) -> None:
+    first = await cluster.node(1)
+    await cluster.broker(2)
+    await cluster.broker(3)
+    await create_topic(cluster, "alone", {2, 3})
+    await set_state(cluster, "alone", 2, (2,))
+    await eventually(lambda: version_in_cache(first, "alone") == 1, "the cache has the state")
+    # No controller while broker 2 restarts: nobody sees its old registration go.
+    await first.stop()
+    cluster.nodes.remove(first)
+    await cluster.kill(2)
+    await cluster.broker(2, timestamp_ms=2)
+    second = await cluster.node(4)
+    await eventually(lambda: second.controller.active, "node 4 to become controller")
+    # The broker epoch (its registration's creation zxid) is newer than the state's last write,
+    # so the new controller, which never knew the old registration, still starts a new term.
+    alone = await wait_for_state(cluster, "alone", lambda s: s.leader_epoch == 1)
+    assert (alone.leader, alone.isr) == (2, (2,))
