@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
+import signal
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -12,8 +14,12 @@ from collections.abc import Awaitable, Callable
 import pytest
 from riverbed import Consumer, Producer
 from riverbed.client.admin import Admin, PartitionDescription
+from riverbed.client.connection import BrokerConnection
 from riverbed.client.types import TopicPartition
 from riverbed.errors import NotEnoughReplicasError
+from riverbed.protocol import messages as m
+from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.records import encode_batch
 
 from tests.support.broker import BrokerFactory, BrokerProcess
 
@@ -147,3 +153,49 @@ async def test_leader_loss_moves_leadership_and_acks_all_resumes(
             metadata = await (await producer.send(topic, b"after", partition=0))
         assert metadata.offset == 100
         print(f"{how}: acks=all produce succeeded {time.monotonic() - started:.2f} s after")
+
+
+async def produce_one(broker: BrokerProcess, topic: str, timeout_ms: int) -> int:
+    """One acks=all record sent straight to `broker`; the partition's error code."""
+    batch = encode_batch([(None, b"parked", (), int(time.time() * 1000))])
+    request = m.ProduceRequest(
+        acks=-1,
+        timeout_ms=timeout_ms,
+        topic_data=[
+            m.ProduceRequest.TopicProduceData(
+                topic, [m.ProduceRequest.PartitionProduceData(index=0, records=batch)]
+            )
+        ],
+    )
+    connection = await BrokerConnection.open("127.0.0.1", broker.port)
+    try:
+        response = await connection.call(request, m.ProduceResponse, timeout_ms=timeout_ms + 30_000)
+    finally:
+        await connection.close()
+    (answer,) = response.responses[0].partition_responses
+    return int(answer.error_code)
+
+
+async def test_parked_acks_all_times_out_or_fails_after_the_isr_shrinks(
+    broker_factory: BrokerFactory,
+) -> None:
+    """A follower that stops fetching (SIGSTOP) leaves acks=all appends parked: one with a short
+    timeout gets REQUEST_TIMED_OUT; one that outlives replica.lag.time.max.ms completes when the
+    ISR shrinks, but below min.insync.replicas, so NOT_ENOUGH_REPLICAS_AFTER_APPEND."""
+    brokers = start_brokers(broker_factory, 3)
+    topic = new_topic()
+    async with Admin(bootstrap_servers=bootstrap(brokers)) as admin:
+        await admin.create_topic(
+            topic, partitions=1, replication_factor=3, configs={"min.insync.replicas": "3"}
+        )
+        leader = (await describe(admin, topic)).leader
+    follower = next(i for i in brokers if i != leader)
+    os.kill(brokers[follower].pid, signal.SIGSTOP)
+    try:
+        assert await produce_one(brokers[leader], topic, 300) == ErrorCode.REQUEST_TIMED_OUT
+        started = time.monotonic()
+        code = await produce_one(brokers[leader], topic, 20_000)
+        assert code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        assert time.monotonic() - started < 10  # released by the ISR shrink, not the timeout
+    finally:
+        os.kill(brokers[follower].pid, signal.SIGCONT)
