@@ -52,6 +52,18 @@ async def wait_for(check: Callable[[], Awaitable[bool]], what: str) -> None:
         await asyncio.sleep(0.1)
 
 
+async def strict_topic(brokers: dict[int, BrokerProcess]) -> tuple[str, int, int]:
+    """A new topic replicated to all three brokers with min.insync.replicas=3: its name, its
+    partition's leader and one follower."""
+    topic = new_topic()
+    async with Admin(bootstrap_servers=bootstrap(brokers)) as admin:
+        await admin.create_topic(
+            topic, partitions=1, replication_factor=3, configs={"min.insync.replicas": "3"}
+        )
+        leader = (await describe(admin, topic)).leader
+    return topic, leader, next(i for i in brokers if i != leader)
+
+
 def segment_digest(broker: BrokerProcess, topic: str) -> str:
     digest = hashlib.sha256()
     for path in broker.segment_files(topic, 0):
@@ -90,13 +102,8 @@ async def test_isr_shrinks_enforces_min_insync_and_expands_again(
     broker_factory: BrokerFactory,
 ) -> None:
     brokers = start_brokers(broker_factory, 3)
-    topic = new_topic()
+    topic, leader, follower = await strict_topic(brokers)
     async with Admin(bootstrap_servers=bootstrap(brokers)) as admin:
-        await admin.create_topic(
-            topic, partitions=1, replication_factor=3, configs={"min.insync.replicas": "3"}
-        )
-        leader = (await describe(admin, topic)).leader
-        follower = next(i for i in brokers if i != leader)
         brokers[follower].kill()
 
         async def shrunk() -> bool:
@@ -183,13 +190,7 @@ async def test_parked_acks_all_times_out_or_fails_after_the_isr_shrinks(
     timeout gets REQUEST_TIMED_OUT; one that outlives replica.lag.time.max.ms completes when the
     ISR shrinks, but below min.insync.replicas, so NOT_ENOUGH_REPLICAS_AFTER_APPEND."""
     brokers = start_brokers(broker_factory, 3)
-    topic = new_topic()
-    async with Admin(bootstrap_servers=bootstrap(brokers)) as admin:
-        await admin.create_topic(
-            topic, partitions=1, replication_factor=3, configs={"min.insync.replicas": "3"}
-        )
-        leader = (await describe(admin, topic)).leader
-    follower = next(i for i in brokers if i != leader)
+    topic, leader, follower = await strict_topic(brokers)
     os.kill(brokers[follower].pid, signal.SIGSTOP)
     try:
         assert await produce_one(brokers[leader], topic, 300) == ErrorCode.REQUEST_TIMED_OUT
