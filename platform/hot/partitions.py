@@ -258,6 +258,12 @@ class Partition:
         self.pending_isr = None
         self.maybe_advance_high_watermark()
 
+    def high_watermark_behind_epoch(self) -> bool:
+        """A new leader whose HW is still below the start of its epoch: until its followers
+        fetch, it cannot tell what is committed, so offsets it would name are stale (Kafka's
+        KIP-207 answers ListOffsets with OFFSET_NOT_AVAILABLE then)."""
+        return self.is_leader and self.log.high_watermark < self._epoch_start_offset
+
     def committed(self, end_offset: int) -> asyncio.Future[None]:
         """A future resolved once the HW reaches `end_offset` (at once if it has), failed with
         NOT_LEADER_OR_FOLLOWER if this broker stops leading first."""

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from riverbed.hot.followers import UNKNOWN_OFFSET, FollowerTracker
-from riverbed.hot.partitions import CommitWaiters
+from riverbed.hot.log import LogConfig, PartitionLog
+from riverbed.hot.partitions import CommitWaiters, Partition
+from riverbed.hot.producer_state import ProducerStateManager
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.protocol.records import encode_batch, validate_records
 
 LAG_MAX_MS = 10_000
 
@@ -76,3 +80,25 @@ async def test_commit_waiters_release_in_offset_order_and_fail_on_resignation() 
         await asyncio.wait_for(pending, 1)
     assert error.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert len(waiters) == 0
+
+
+def test_a_new_leader_behind_its_epoch_start_says_so_until_followers_fetch(
+    tmp_path: Path,
+) -> None:
+    """KIP-207: a leader elected with a stale HW (checkpointed before a crash) must not name
+    offsets until its followers have shown what is committed."""
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(), recovery_point=None, now_ms=lambda: 0)
+    partition = Partition("t", 0, log, ProducerStateManager(), broker_id=1)
+    partition.become_leader(0, (1, 2), frozenset({1, 2}), state_version=0, now_ms=0)
+    records = memoryview(bytearray(encode_batch([(None, b"v", (), 0)] * 3)))
+    partition.append_as_leader(records, validate_records(records, 1 << 20), now_ms=0)
+    assert log.high_watermark == 0  # follower 2 has not fetched
+    assert not partition.high_watermark_behind_epoch()  # epoch 0 started at offset 0
+
+    partition.become_follower(2, 1, (1, 2), frozenset({1, 2}))
+    partition.become_leader(2, (1, 2), frozenset({1, 2}), state_version=2, now_ms=0)
+    assert partition.high_watermark_behind_epoch()  # epoch 2 starts at 3, the HW is 0
+    partition.record_follower_fetch(2, fetch_offset=3, now_ms=0)
+    assert log.high_watermark == 3
+    assert not partition.high_watermark_behind_epoch()
+    log.close()

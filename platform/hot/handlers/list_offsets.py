@@ -36,7 +36,10 @@ def _list_partition(
         return response
     partition_log = partition.log
     response.leader_epoch = partition.leader_epoch
-    if wanted.timestamp == LATEST_TIMESTAMP:
+    if partition.high_watermark_behind_epoch():
+        # Retriable: answering the stale HW would send a "latest" consumer back in the log.
+        response.error_code = ErrorCode.OFFSET_NOT_AVAILABLE
+    elif wanted.timestamp == LATEST_TIMESTAMP:
         # Both isolation levels see the high watermark: there are no open transactions yet.
         response.offset = partition_log.high_watermark
     elif wanted.timestamp == EARLIEST_TIMESTAMP:
