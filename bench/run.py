@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import client_throughput, produce_consume, replication, startup
+from bench import client_throughput, groups, produce_consume, replication, startup
 from bench.machine import machine_info
 from bench.options import BenchOptions, BenchResult
 
@@ -28,6 +28,7 @@ BENCHMARKS: dict[str, Callable[[BenchOptions], BenchResult]] = {
     client_throughput.NAME: client_throughput.run,
     startup.NAME: startup.run,
     replication.NAME: replication.run,
+    groups.NAME: groups.run,
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 # Scratch data dirs live here (git-ignored): on the repository's disk, deleted after each run.

@@ -261,6 +261,10 @@ class _Supervisor:
 
     def _broker_settings(self, broker_id: int, zookeeper_connect: str) -> dict[str, str]:
         return {
+            # Kafka refuses to create __consumer_offsets with fewer brokers than its replication
+            # factor (3); a local cluster of one or two brokers would have no consumer groups.
+            # Like Kafka's single-broker sample config, size it to the cluster unless --set.
+            "offsets.topic.replication.factor": str(min(3, self.spec.broker_count)),
             **self.spec.settings,
             "broker.id": str(broker_id),
             "listeners": f"PLAINTEXT://{HOST}:{self.spec.port(broker_id)}",

@@ -258,6 +258,28 @@ BROKER_ONLY_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
               "ISR", at_least(1)),
     ConfigDef("log.retention.check.interval.ms", _T.LONG, 300000, "how often retention runs",
               at_least(1)),
+    ConfigDef("offsets.topic.num.partitions", _T.INT, 50, "partitions of __consumer_offsets "
+              "(fixed once the topic exists)", at_least(1)),
+    ConfigDef("offsets.topic.replication.factor", _T.INT, 3, "replication factor of "
+              "__consumer_offsets; it is not created until this many brokers are up",
+              at_least(1)),
+    ConfigDef("offsets.topic.segment.bytes", _T.INT, 104857600, "segment size of "
+              "__consumer_offsets", at_least(SEGMENT_BYTES_MIN)),
+    ConfigDef("offsets.commit.timeout.ms", _T.INT, 5000, "how long an offset commit waits for "
+              "the replicas of __consumer_offsets", at_least(1)),
+    ConfigDef("offsets.retention.minutes", _T.INT, 10080, "committed offsets of a group empty "
+              "this long expire", at_least(1)),
+    ConfigDef("offsets.retention.check.interval.ms", _T.LONG, 600000, "how often expired "
+              "offsets are removed", at_least(1)),
+    ConfigDef("offset.metadata.max.bytes", _T.INT, 4096, "longest metadata string of a commit",
+              at_least(0)),
+    ConfigDef("group.min.session.timeout.ms", _T.INT, 6000, "shortest session.timeout.ms a "
+              "member may ask for", at_least(1)),
+    ConfigDef("group.max.session.timeout.ms", _T.INT, 1800000, "longest session.timeout.ms a "
+              "member may ask for", at_least(1)),
+    ConfigDef("group.initial.rebalance.delay.ms", _T.INT, 3000, "how long a new group waits for "
+              "more members before its first rebalance", at_least(0)),
+    ConfigDef("group.max.size", _T.INT, INT_MAX, "most members a group may have", at_least(1)),
 )  # fmt: skip
 
 _BROKER_SYNONYMS: Final = {d.broker_synonym: d for d in TOPIC_CONFIG_DEFS if d.broker_synonym}
@@ -385,6 +407,17 @@ class BrokerConfig:
     socket_request_max_bytes: int
     replica_lag_time_max_ms: int
     log_retention_check_interval_ms: int
+    offsets_topic_num_partitions: int
+    offsets_topic_replication_factor: int
+    offsets_topic_segment_bytes: int
+    offsets_commit_timeout_ms: int
+    offsets_retention_minutes: int
+    offsets_retention_check_interval_ms: int
+    offset_metadata_max_bytes: int
+    group_min_session_timeout_ms: int
+    group_max_session_timeout_ms: int
+    group_initial_rebalance_delay_ms: int
+    group_max_size: int
     # Broker-level defaults of topic configs (see TOPIC_CONFIG_DEFS' broker_synonym).
     log_cleanup_policy: tuple[str, ...]
     compression_type: str
