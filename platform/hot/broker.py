@@ -2,8 +2,9 @@
 
 Startup order matters and follows Kafka's: load and recover the local logs first (nothing can be
 served before they are consistent), then join the cluster in ZooKeeper, apply the metadata (open
-the partitions this broker hosts) and only then bind the listener — so a client that can connect
-gets correct answers. Shutdown runs the other way round and ends with a clean-shutdown marker.
+the partitions this broker hosts; leading a `__consumer_offsets` partition starts loading its
+groups) and only then bind the listener — so a client that can connect gets correct answers.
+Shutdown runs the other way round and ends with a clean-shutdown marker.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from riverbed.coordination.metadata_cache import (
 )
 from riverbed.coordination.producer_ids import ProducerIdAllocator, ProducerIdIssuer
 from riverbed.coordination.zk import AsyncZooKeeper, ConnectionState
+from riverbed.groups.coordinator import GroupCoordinator
 from riverbed.hot.controlled_shutdown import request_controlled_shutdown
 from riverbed.hot.data_dir import check_data_dir_identity
 from riverbed.hot.dispatcher import Dispatcher
@@ -48,6 +50,8 @@ CHECKPOINT_INTERVAL_S = 5.0
 # How often logs with a `flush.ms` are checked for a due fsync (Kafka:
 # log.flush.scheduler.interval.ms; an idle log must still flush on time).
 FLUSH_CHECK_INTERVAL_S = 1.0
+# How long startup waits for the metadata cache to show this broker's own registration.
+REGISTRATION_WAIT_MS = 10_000
 
 
 class Broker:
@@ -109,6 +113,11 @@ class Broker:
             broker_id=config.broker_id,
             lag_max_ms=config.replica_lag_time_max_ms,
         )
+        # Started before the metadata is applied: leading a __consumer_offsets partition starts
+        # its load. Closed before the logs are (the exit stack unwinds in reverse).
+        groups = GroupCoordinator(config, self._cache, self._store, partitions, wall_clock_ms)
+        groups.start()
+        stack.push_async_callback(groups.close)
         # What clients are told to dial (advertised.listeners), not what this process binds.
         advertised_host, advertised_port = config.advertised_host_port
         self._ctx = BrokerContext(
@@ -121,6 +130,7 @@ class Broker:
             partitions=partitions,
             producer_ids=ProducerIdIssuer(ProducerIdAllocator(self._zk, config.broker_id)),
             isr_manager=isr_manager,
+            groups=groups,
             controller=self._controller,
         )
         self._server = KafkaServer(
@@ -171,6 +181,10 @@ class Broker:
                 await self._fetchers.stop()
             except Exception:  # a failed handover must not prevent a clean stop
                 log.exception("controlled shutdown of broker %d failed", self.config.broker_id)
+        if self._ctx is not None:
+            # Before the server drains: JoinGroup and SyncGroup calls parked in rebalances are
+            # answered NOT_COORDINATOR now rather than cut off after the server's grace period.
+            await self._ctx.groups.close()
         await self._exit_stack.aclose()
         log.info("broker %d stopped", self.config.broker_id)
 
@@ -224,11 +238,13 @@ class Broker:
     async def _cache_caught_up(self) -> None:
         """Wait until our own (current) registration is visible, so Metadata lists this broker
         at once and roles are judged against this incarnation's epoch."""
-        ctx = self._require_ctx()
         broker_id = self.config.broker_id
-        await ctx.wait_until(
-            lambda: self._cache.broker_epoch(broker_id) == self._broker_epoch, 10.0
-        )
+        # The cache's own wait: metadata is not applied yet, so nothing would wake a wait on that.
+        with contextlib.suppress(TimeoutError):
+            await self._cache.wait_until(
+                lambda cache: cache.broker_epoch(broker_id) == self._broker_epoch,
+                REGISTRATION_WAIT_MS,
+            )
 
     def _on_metadata_change(self, _change: MetadataChange) -> None:
         # Roles are judged against this incarnation's registration: none before it is known.
@@ -254,11 +270,14 @@ class Broker:
                     self._apply_role(partition, state)
                 except KafkaError as error:  # one failing disk must not stop the others
                     log.error("%s: cannot take its role: %s", partition, error)
+                ctx.groups.on_partition_role(partition)
         for topic_name, index in ctx.partitions.hosted() - wanted:
             removed = ctx.partitions.get(topic_name, index)
             if removed is not None:
                 self._fetchers.unfollow(removed)
             ctx.partitions.remove(topic_name, index, delete_data=True)
+            if removed is not None:
+                ctx.groups.on_partition_role(removed)  # closed: it leads no more
         assert self._log_manager is not None
         for topic_name, index in set(self._log_manager.partitions()) - wanted:
             # Left on disk by a topic deleted while this broker was down.

@@ -16,9 +16,20 @@ from riverbed.hot.handlers.controlled_shutdown import handle_controlled_shutdown
 from riverbed.hot.handlers.describe_configs import handle_describe_configs
 from riverbed.hot.handlers.fetch import handle_fetch
 from riverbed.hot.handlers.find_coordinator import handle_find_coordinator
+from riverbed.hot.handlers.groups import (
+    handle_delete_groups,
+    handle_describe_groups,
+    handle_heartbeat,
+    handle_join_group,
+    handle_leave_group,
+    handle_list_groups,
+    handle_sync_group,
+)
 from riverbed.hot.handlers.init_producer_id import handle_init_producer_id
 from riverbed.hot.handlers.list_offsets import handle_list_offsets
 from riverbed.hot.handlers.metadata import handle_metadata
+from riverbed.hot.handlers.offset_commit import handle_offset_commit
+from riverbed.hot.handlers.offset_fetch import handle_offset_fetch
 from riverbed.hot.handlers.offset_for_leader_epoch import handle_offset_for_leader_epoch
 from riverbed.hot.handlers.produce import handle_produce
 from riverbed.hot.server import Deferred, Response
@@ -37,18 +48,22 @@ class Dispatcher:
     def __init__(self, ctx: BrokerContext) -> None:
         self._ctx = ctx
 
-    async def __call__(self, header: RequestHeader, body: RequestBody) -> Response | Deferred:
+    async def __call__(
+        self, header: RequestHeader, body: RequestBody, client_host: str
+    ) -> Response | Deferred:
         if isinstance(body, m.ProduceRequest):
             outcome = await handle_produce(self._ctx, body)
             if isinstance(outcome, Coroutine):
                 return Deferred(_encode_when_done(header, outcome))
             return None if outcome is None else encode_response(header, outcome)
-        response = await self._handle(header, body)
+        response = await self._handle(header, body, client_host)
         if response is None:
             return None
         return encode_response(header, response)
 
-    async def _handle(self, header: RequestHeader, body: RequestBody) -> ResponseBody | None:
+    async def _handle(
+        self, header: RequestHeader, body: RequestBody, client_host: str
+    ) -> ResponseBody | None:
         ctx, version = self._ctx, header.api_version
         match body:
             case m.FetchRequest():
@@ -66,7 +81,7 @@ class Dispatcher:
             case m.DescribeConfigsRequest():
                 return await handle_describe_configs(ctx, body, version)
             case m.FindCoordinatorRequest():
-                return await handle_find_coordinator(body, version)
+                return await handle_find_coordinator(ctx, body, version)
             case m.AlterConfigsRequest():
                 return await handle_alter_configs(ctx, body)
             case m.IncrementalAlterConfigsRequest():
@@ -77,6 +92,26 @@ class Dispatcher:
                 return await handle_controlled_shutdown(ctx, body)
             case m.OffsetForLeaderEpochRequest():
                 return await handle_offset_for_leader_epoch(ctx, body)
+            case m.OffsetCommitRequest():
+                return await handle_offset_commit(ctx, body)
+            case m.OffsetFetchRequest():
+                return await handle_offset_fetch(ctx, body, version)
+            case m.JoinGroupRequest():
+                # Kafka names a member's host as Java's InetAddress.toString() does: "/<ip>".
+                client_id = header.client_id or ""
+                return await handle_join_group(ctx, body, version, client_id, f"/{client_host}")
+            case m.SyncGroupRequest():
+                return await handle_sync_group(ctx, body, version)
+            case m.HeartbeatRequest():
+                return await handle_heartbeat(ctx, body)
+            case m.LeaveGroupRequest():
+                return await handle_leave_group(ctx, body, version)
+            case m.DescribeGroupsRequest():
+                return await handle_describe_groups(ctx, body)
+            case m.ListGroupsRequest():
+                return await handle_list_groups(ctx, body)
+            case m.DeleteGroupsRequest():
+                return await handle_delete_groups(ctx, body)
         raise TypeError(f"no handler for {type(body).__name__} (api key {header.api_key})")
 
 

@@ -59,7 +59,9 @@ class Deferred:
     completion: Coroutine[Any, Any, Response]
 
 
-RequestHandler = Callable[[RequestHeader, RequestBody], Awaitable[Response | Deferred]]
+# (header, body, client host): the host is the peer's IP address, which Kafka reports for group
+# members (DescribeGroups' client host).
+RequestHandler = Callable[[RequestHeader, RequestBody, str], Awaitable[Response | Deferred]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +140,7 @@ class KafkaServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = ServerConnection(max_frame_bytes=self._limits.socket_request_max_bytes)
         peer = writer.get_extra_info("peername")
+        client_host = str(peer[0]) if isinstance(peer, tuple) else ""
         owed: deque[asyncio.Task[Response]] = deque()  # deferred responses, in request order
         reading: asyncio.Task[bytes] | None = None
         try:
@@ -160,7 +163,7 @@ class KafkaServer:
                             break
                         connection.receive_data(data)
                 elif isinstance(event, RequestReceived):
-                    outcome = await self._handle_request(event.header, event.body)
+                    outcome = await self._handle_request(event.header, event.body, client_host)
                     if isinstance(outcome, Deferred):
                         owed.append(asyncio.create_task(outcome.completion))
                         if len(owed) >= RESPONSES_OWED_MAX:

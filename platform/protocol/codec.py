@@ -5,6 +5,9 @@ reader/writer closures (cached), so the per-message work is a walk over precompi
 no schema lookups. Decoding `records` yields a zero-copy `memoryview` slice of the input buffer
 (the produce path rewrites offsets in it in place); encoding emits a chunk list in which file
 regions stand for themselves so the server can `sendfile` them.
+
+Data schemas (`specs/data/`, classes in `data_messages`) go through the same compiled struct
+codecs: `encode_data` / `decode_data` handle the bare body, `versioned` the int16 version prefix.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
+from riverbed.protocol.data_messages import DATA_CLASSES, DataBody
 from riverbed.protocol.errors import ProtocolDecodeError, ProtocolEncodeError
 from riverbed.protocol.messages import (
     REQUEST_CLASSES,
@@ -42,10 +46,18 @@ from riverbed.protocol.primitives import (
     write_uvarint,
 )
 from riverbed.protocol.regions import FileRegion
-from riverbed.protocol.schema import ApiSpec, FieldSpec, StructSpec, load_api_specs
+from riverbed.protocol.schema import (
+    ApiSpec,
+    DataSpec,
+    FieldSpec,
+    StructSpec,
+    load_api_specs,
+    load_data_specs,
+)
 
 Reader = Callable[[memoryview, int], tuple[Any, int]]
 Writer = Callable[[Output, Any], None]
+Data = TypeVar("Data", bound=DataBody)
 
 API_VERSIONS_KEY: Final = 18
 
@@ -136,13 +148,17 @@ def write_response_body(out: Output, body: ResponseBody, api_version: int) -> No
 
 
 def _decode_exactly(codec: _Codec, buf: memoryview, offset: int) -> Any:
-    try:
-        value, end = codec.read(buf, offset)
-    except struct.error as exc:  # a fixed-size value ran past the end of the buffer
-        raise ProtocolDecodeError(f"truncated message: {exc}") from exc
+    value, end = _decode(codec, buf, offset)
     if end != len(buf):
         raise ProtocolDecodeError(f"{len(buf) - end} unexpected bytes after the message body")
     return value
+
+
+def _decode(codec: _Codec, buf: memoryview, offset: int) -> tuple[Any, int]:
+    try:
+        return codec.read(buf, offset)
+    except struct.error as exc:  # a fixed-size value ran past the end of the buffer
+        raise ProtocolDecodeError(f"truncated message: {exc}") from exc
 
 
 def _encode(codec: _Codec, out: Output, value: Any) -> None:
@@ -150,6 +166,55 @@ def _encode(codec: _Codec, out: Output, value: Any) -> None:
         codec.write(out, value)
     except _ENCODE_ERRORS as exc:
         raise ProtocolEncodeError(f"cannot encode {type(value).__name__}: {exc}") from exc
+
+
+# --- data schemas -------------------------------------------------------------------------------
+
+
+def data_specs() -> dict[str, DataSpec]:
+    return load_data_specs()
+
+
+def encode_data(value: DataBody, version: int) -> bytes:
+    """`value` encoded as `version` of its data schema, without a version prefix."""
+    spec = data_specs().get(type(value).__name__)
+    if spec is None or not spec.supports(version):
+        raise ProtocolEncodeError(
+            f"{type(value).__qualname__} has no data schema version {version}"
+        )
+    out = Output()
+    _encode(_data_codec(spec.name, version), out, value)
+    return bytes(out.buffer)  # data schemas hold no `records`, so no file region was written
+
+
+def decode_data(cls: type[Data], buf: bytes | bytearray | memoryview, version: int) -> Data:
+    """Decode `version` of the `cls` data schema from `buf`, which it must fill exactly."""
+    value: Data = _decode_exactly(_checked_data_codec(cls, version), memoryview(buf), 0)
+    return value
+
+
+def read_data(
+    cls: type[Data], buf: bytes | bytearray | memoryview, version: int, offset: int = 0
+) -> tuple[Data, int]:
+    """Decode `version` of the `cls` data schema at `buf[offset:]`; returns it and its end."""
+    value: Data
+    value, end = _decode(_checked_data_codec(cls, version), memoryview(buf), offset)
+    return value, end
+
+
+def _checked_data_codec(cls: type[Any], version: int) -> _Codec:
+    spec = data_specs().get(cls.__name__)
+    if spec is None or DATA_CLASSES[spec.name] is not cls:
+        raise ProtocolDecodeError(f"{cls.__qualname__} is not a data schema")
+    if not spec.supports(version):
+        raise ProtocolDecodeError(f"unsupported version {version} of {spec.name}")
+    return _data_codec(spec.name, version)
+
+
+@cache
+def _data_codec(name: str, version: int) -> _Codec:
+    spec, cls = data_specs()[name], DATA_CLASSES[name]
+    return _struct_codec(spec.struct, cls, cls, version, spec.is_flexible(version))
 
 
 # --- headers ------------------------------------------------------------------------------------
@@ -218,16 +283,18 @@ def _message_codec(api_key: int, api_version: int, is_response: bool) -> _Codec:
         raise ProtocolDecodeError(f"unsupported version {api_version} of {spec.name}")
     classes: dict[int, type[Any]] = RESPONSE_CLASSES if is_response else REQUEST_CLASSES
     message = spec.response if is_response else spec.request
-    return _struct_codec(message, classes[api_key], classes[api_key], api_version, spec)
+    flexible = spec.is_flexible(api_version)
+    return _struct_codec(message, classes[api_key], classes[api_key], api_version, flexible)
 
 
 def _struct_codec(
-    struct_spec: StructSpec, cls: type[Any], message_cls: type[Any], version: int, spec: ApiSpec
+    struct_spec: StructSpec, cls: type[Any], message_cls: type[Any], version: int, flexible: bool
 ) -> _Codec:
-    flexible = spec.is_flexible(version)
     present = [f for f in struct_spec.fields if version in f.versions]
     regular = [
-        (f.attr_name, _field_codec(f, message_cls, version, spec)) for f in present if f.tag is None
+        (f.attr_name, _field_codec(f, message_cls, version, flexible))
+        for f in present
+        if f.tag is None
     ]
     readers = [(name, codec.read) for name, codec in regular]
     writers = [(name, codec.write) for name, codec in regular]
@@ -235,7 +302,7 @@ def _struct_codec(
     tagged: _Tagged = {}
     for f in sorted(present, key=lambda f: f.tag or 0):
         if f.tag is not None:
-            codec = _field_codec(f, message_cls, version, spec)
+            codec = _field_codec(f, message_cls, version, flexible)
             tagged[f.tag] = (f.attr_name, codec, getattr(defaults, f.attr_name))
 
     def read(buf: memoryview, offset: int) -> tuple[Any, int]:
@@ -295,12 +362,11 @@ def _write_tagged_fields(out: Output, value: Any, tagged: _Tagged) -> None:
         out.extend(encoded)
 
 
-def _field_codec(field: FieldSpec, message_cls: type[Any], version: int, spec: ApiSpec) -> _Codec:
-    flexible = spec.is_flexible(version)
+def _field_codec(field: FieldSpec, message_cls: type[Any], version: int, flexible: bool) -> _Codec:
     nullable = field.nullable_in(version)
     if field.struct is not None:
         struct_cls = getattr(message_cls, field.struct.name)
-        element = _struct_codec(field.struct, struct_cls, message_cls, version, spec)
+        element = _struct_codec(field.struct, struct_cls, message_cls, version, flexible)
     else:
         element = _primitive_codec(field.type_name, nullable and not field.is_array, flexible)
     if field.is_array:

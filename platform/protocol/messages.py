@@ -386,6 +386,150 @@ class ControlledShutdownResponse:
 
 
 @dataclass(slots=True)
+class OffsetCommitRequest:
+    """OffsetCommit request (API key 8), versions 0-8."""
+
+    API_KEY: ClassVar[int] = 8
+
+    @dataclass(slots=True)
+    class OffsetCommitRequestTopic:
+        name: str = ""
+        partitions: list[OffsetCommitRequest.OffsetCommitRequestPartition] = field(
+            default_factory=list
+        )
+
+    @dataclass(slots=True)
+    class OffsetCommitRequestPartition:
+        partition_index: int = 0
+        committed_offset: int = 0
+        # v6+
+        committed_leader_epoch: int = -1
+        # v1
+        commit_timestamp: int = -1
+        committed_metadata: str | None = ""
+
+    group_id: str = ""
+    # v1+
+    generation_id: int = -1
+    # v1+
+    member_id: str = ""
+    # v7+
+    group_instance_id: str | None = None
+    # v2-4
+    retention_time_ms: int = -1
+    topics: list[OffsetCommitRequest.OffsetCommitRequestTopic] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetCommitResponse:
+    """OffsetCommit response (API key 8), versions 0-8."""
+
+    API_KEY: ClassVar[int] = 8
+
+    @dataclass(slots=True)
+    class OffsetCommitResponseTopic:
+        name: str = ""
+        partitions: list[OffsetCommitResponse.OffsetCommitResponsePartition] = field(
+            default_factory=list
+        )
+
+    @dataclass(slots=True)
+    class OffsetCommitResponsePartition:
+        partition_index: int = 0
+        error_code: int = 0
+
+    # v3+
+    throttle_time_ms: int = 0
+    topics: list[OffsetCommitResponse.OffsetCommitResponseTopic] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class OffsetFetchRequest:
+    """OffsetFetch request (API key 9), versions 0-8."""
+
+    API_KEY: ClassVar[int] = 9
+
+    @dataclass(slots=True)
+    class OffsetFetchRequestTopic:
+        name: str = ""
+        partition_indexes: list[int] = field(default_factory=list)
+
+    @dataclass(slots=True)
+    class OffsetFetchRequestGroup:
+        group_id: str = ""
+        topics: list[OffsetFetchRequest.OffsetFetchRequestTopics] | None = field(
+            default_factory=list
+        )
+
+    @dataclass(slots=True)
+    class OffsetFetchRequestTopics:
+        name: str = ""
+        partition_indexes: list[int] = field(default_factory=list)
+
+    # v0-7
+    group_id: str = ""
+    # v0-7, nullable in v2-7
+    topics: list[OffsetFetchRequest.OffsetFetchRequestTopic] | None = field(default_factory=list)
+    # v8
+    groups: list[OffsetFetchRequest.OffsetFetchRequestGroup] = field(default_factory=list)
+    # v7+
+    require_stable: bool = False
+
+
+@dataclass(slots=True)
+class OffsetFetchResponse:
+    """OffsetFetch response (API key 9), versions 0-8."""
+
+    API_KEY: ClassVar[int] = 9
+
+    @dataclass(slots=True)
+    class OffsetFetchResponseTopic:
+        name: str = ""
+        partitions: list[OffsetFetchResponse.OffsetFetchResponsePartition] = field(
+            default_factory=list
+        )
+
+    @dataclass(slots=True)
+    class OffsetFetchResponseGroup:
+        group_id: str = ""
+        topics: list[OffsetFetchResponse.OffsetFetchResponseTopics] = field(default_factory=list)
+        error_code: int = 0
+
+    @dataclass(slots=True)
+    class OffsetFetchResponsePartition:
+        partition_index: int = 0
+        committed_offset: int = 0
+        # v5-7
+        committed_leader_epoch: int = -1
+        metadata: str | None = ""
+        error_code: int = 0
+
+    @dataclass(slots=True)
+    class OffsetFetchResponseTopics:
+        name: str = ""
+        partitions: list[OffsetFetchResponse.OffsetFetchResponsePartitions] = field(
+            default_factory=list
+        )
+
+    @dataclass(slots=True)
+    class OffsetFetchResponsePartitions:
+        partition_index: int = 0
+        committed_offset: int = 0
+        committed_leader_epoch: int = -1
+        metadata: str | None = ""
+        error_code: int = 0
+
+    # v3+
+    throttle_time_ms: int = 0
+    # v0-7
+    topics: list[OffsetFetchResponse.OffsetFetchResponseTopic] = field(default_factory=list)
+    # v2-7
+    error_code: int = 0
+    # v8
+    groups: list[OffsetFetchResponse.OffsetFetchResponseGroup] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class FindCoordinatorRequest:
     """FindCoordinator request (API key 10), versions 0-4."""
 
@@ -428,6 +572,232 @@ class FindCoordinatorResponse:
     port: int = 0
     # v4
     coordinators: list[FindCoordinatorResponse.Coordinator] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class JoinGroupRequest:
+    """JoinGroup request (API key 11), versions 0-9."""
+
+    API_KEY: ClassVar[int] = 11
+
+    @dataclass(slots=True)
+    class JoinGroupRequestProtocol:
+        name: str = ""
+        metadata: bytes = b""
+
+    group_id: str = ""
+    session_timeout_ms: int = 0
+    # v1+
+    rebalance_timeout_ms: int = -1
+    member_id: str = ""
+    # v5+
+    group_instance_id: str | None = None
+    protocol_type: str = ""
+    protocols: list[JoinGroupRequest.JoinGroupRequestProtocol] = field(default_factory=list)
+    # v8+
+    reason: str | None = None
+
+
+@dataclass(slots=True)
+class JoinGroupResponse:
+    """JoinGroup response (API key 11), versions 0-9."""
+
+    API_KEY: ClassVar[int] = 11
+
+    @dataclass(slots=True)
+    class JoinGroupResponseMember:
+        member_id: str = ""
+        # v5+
+        group_instance_id: str | None = None
+        metadata: bytes = b""
+
+    # v2+
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    generation_id: int = -1
+    # v7+
+    protocol_type: str | None = None
+    # nullable in v7+
+    protocol_name: str | None = ""
+    leader: str = ""
+    # v9
+    skip_assignment: bool = False
+    member_id: str = ""
+    members: list[JoinGroupResponse.JoinGroupResponseMember] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class HeartbeatRequest:
+    """Heartbeat request (API key 12), versions 0-4."""
+
+    API_KEY: ClassVar[int] = 12
+
+    group_id: str = ""
+    generation_id: int = 0
+    member_id: str = ""
+    # v3+
+    group_instance_id: str | None = None
+
+
+@dataclass(slots=True)
+class HeartbeatResponse:
+    """Heartbeat response (API key 12), versions 0-4."""
+
+    API_KEY: ClassVar[int] = 12
+
+    # v1+
+    throttle_time_ms: int = 0
+    error_code: int = 0
+
+
+@dataclass(slots=True)
+class LeaveGroupRequest:
+    """LeaveGroup request (API key 13), versions 0-5."""
+
+    API_KEY: ClassVar[int] = 13
+
+    @dataclass(slots=True)
+    class MemberIdentity:
+        member_id: str = ""
+        group_instance_id: str | None = None
+        # v5
+        reason: str | None = None
+
+    group_id: str = ""
+    # v0-2
+    member_id: str = ""
+    # v3+
+    members: list[LeaveGroupRequest.MemberIdentity] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class LeaveGroupResponse:
+    """LeaveGroup response (API key 13), versions 0-5."""
+
+    API_KEY: ClassVar[int] = 13
+
+    @dataclass(slots=True)
+    class MemberResponse:
+        member_id: str = ""
+        group_instance_id: str | None = ""
+        error_code: int = 0
+
+    # v1+
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    # v3+
+    members: list[LeaveGroupResponse.MemberResponse] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class SyncGroupRequest:
+    """SyncGroup request (API key 14), versions 0-5."""
+
+    API_KEY: ClassVar[int] = 14
+
+    @dataclass(slots=True)
+    class SyncGroupRequestAssignment:
+        member_id: str = ""
+        assignment: bytes = b""
+
+    group_id: str = ""
+    generation_id: int = 0
+    member_id: str = ""
+    # v3+
+    group_instance_id: str | None = None
+    # v5
+    protocol_type: str | None = None
+    # v5
+    protocol_name: str | None = None
+    assignments: list[SyncGroupRequest.SyncGroupRequestAssignment] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class SyncGroupResponse:
+    """SyncGroup response (API key 14), versions 0-5."""
+
+    API_KEY: ClassVar[int] = 14
+
+    # v1+
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    # v5
+    protocol_type: str | None = None
+    # v5
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+@dataclass(slots=True)
+class DescribeGroupsRequest:
+    """DescribeGroups request (API key 15), versions 0-5."""
+
+    API_KEY: ClassVar[int] = 15
+
+    groups: list[str] = field(default_factory=list)
+    # v3+
+    include_authorized_operations: bool = False
+
+
+@dataclass(slots=True)
+class DescribeGroupsResponse:
+    """DescribeGroups response (API key 15), versions 0-5."""
+
+    API_KEY: ClassVar[int] = 15
+
+    @dataclass(slots=True)
+    class DescribedGroup:
+        error_code: int = 0
+        group_id: str = ""
+        group_state: str = ""
+        protocol_type: str = ""
+        protocol_data: str = ""
+        members: list[DescribeGroupsResponse.DescribedGroupMember] = field(default_factory=list)
+        # v3+
+        authorized_operations: int = -2147483648
+
+    @dataclass(slots=True)
+    class DescribedGroupMember:
+        member_id: str = ""
+        # v4+
+        group_instance_id: str | None = None
+        client_id: str = ""
+        client_host: str = ""
+        member_metadata: bytes = b""
+        member_assignment: bytes = b""
+
+    # v1+
+    throttle_time_ms: int = 0
+    groups: list[DescribeGroupsResponse.DescribedGroup] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ListGroupsRequest:
+    """ListGroups request (API key 16), versions 0-4."""
+
+    API_KEY: ClassVar[int] = 16
+
+    # v4
+    states_filter: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ListGroupsResponse:
+    """ListGroups response (API key 16), versions 0-4."""
+
+    API_KEY: ClassVar[int] = 16
+
+    @dataclass(slots=True)
+    class ListedGroup:
+        group_id: str = ""
+        protocol_type: str = ""
+        # v4
+        group_state: str = ""
+
+    # v1+
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    groups: list[ListGroupsResponse.ListedGroup] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -755,6 +1125,30 @@ class AlterConfigsResponse:
 
 
 @dataclass(slots=True)
+class DeleteGroupsRequest:
+    """DeleteGroups request (API key 42), versions 0-2."""
+
+    API_KEY: ClassVar[int] = 42
+
+    groups_names: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DeleteGroupsResponse:
+    """DeleteGroups response (API key 42), versions 0-2."""
+
+    API_KEY: ClassVar[int] = 42
+
+    @dataclass(slots=True)
+    class DeletableGroupResult:
+        group_id: str = ""
+        error_code: int = 0
+
+    throttle_time_ms: int = 0
+    results: list[DeleteGroupsResponse.DeletableGroupResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class IncrementalAlterConfigsRequest:
     """IncrementalAlterConfigs request (API key 44), versions 0-1."""
 
@@ -803,7 +1197,15 @@ RequestBody = (
     | ListOffsetsRequest
     | MetadataRequest
     | ControlledShutdownRequest
+    | OffsetCommitRequest
+    | OffsetFetchRequest
     | FindCoordinatorRequest
+    | JoinGroupRequest
+    | HeartbeatRequest
+    | LeaveGroupRequest
+    | SyncGroupRequest
+    | DescribeGroupsRequest
+    | ListGroupsRequest
     | ApiVersionsRequest
     | CreateTopicsRequest
     | DeleteTopicsRequest
@@ -811,6 +1213,7 @@ RequestBody = (
     | OffsetForLeaderEpochRequest
     | DescribeConfigsRequest
     | AlterConfigsRequest
+    | DeleteGroupsRequest
     | IncrementalAlterConfigsRequest
 )
 ResponseBody = (
@@ -819,7 +1222,15 @@ ResponseBody = (
     | ListOffsetsResponse
     | MetadataResponse
     | ControlledShutdownResponse
+    | OffsetCommitResponse
+    | OffsetFetchResponse
     | FindCoordinatorResponse
+    | JoinGroupResponse
+    | HeartbeatResponse
+    | LeaveGroupResponse
+    | SyncGroupResponse
+    | DescribeGroupsResponse
+    | ListGroupsResponse
     | ApiVersionsResponse
     | CreateTopicsResponse
     | DeleteTopicsResponse
@@ -827,6 +1238,7 @@ ResponseBody = (
     | OffsetForLeaderEpochResponse
     | DescribeConfigsResponse
     | AlterConfigsResponse
+    | DeleteGroupsResponse
     | IncrementalAlterConfigsResponse
 )
 
@@ -836,7 +1248,15 @@ REQUEST_CLASSES: dict[int, type[RequestBody]] = {
     2: ListOffsetsRequest,
     3: MetadataRequest,
     7: ControlledShutdownRequest,
+    8: OffsetCommitRequest,
+    9: OffsetFetchRequest,
     10: FindCoordinatorRequest,
+    11: JoinGroupRequest,
+    12: HeartbeatRequest,
+    13: LeaveGroupRequest,
+    14: SyncGroupRequest,
+    15: DescribeGroupsRequest,
+    16: ListGroupsRequest,
     18: ApiVersionsRequest,
     19: CreateTopicsRequest,
     20: DeleteTopicsRequest,
@@ -844,6 +1264,7 @@ REQUEST_CLASSES: dict[int, type[RequestBody]] = {
     23: OffsetForLeaderEpochRequest,
     32: DescribeConfigsRequest,
     33: AlterConfigsRequest,
+    42: DeleteGroupsRequest,
     44: IncrementalAlterConfigsRequest,
 }
 
@@ -853,7 +1274,15 @@ RESPONSE_CLASSES: dict[int, type[ResponseBody]] = {
     2: ListOffsetsResponse,
     3: MetadataResponse,
     7: ControlledShutdownResponse,
+    8: OffsetCommitResponse,
+    9: OffsetFetchResponse,
     10: FindCoordinatorResponse,
+    11: JoinGroupResponse,
+    12: HeartbeatResponse,
+    13: LeaveGroupResponse,
+    14: SyncGroupResponse,
+    15: DescribeGroupsResponse,
+    16: ListGroupsResponse,
     18: ApiVersionsResponse,
     19: CreateTopicsResponse,
     20: DeleteTopicsResponse,
@@ -861,5 +1290,6 @@ RESPONSE_CLASSES: dict[int, type[ResponseBody]] = {
     23: OffsetForLeaderEpochResponse,
     32: DescribeConfigsResponse,
     33: AlterConfigsResponse,
+    42: DeleteGroupsResponse,
     44: IncrementalAlterConfigsResponse,
 }

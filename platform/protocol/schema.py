@@ -1,4 +1,4 @@
-"""Parse our compact API spec files (`specs/*.spec`) into an immutable schema model.
+"""Parse our compact spec files (`specs/*.spec`, `specs/data/*.spec`) into an immutable model.
 
 Spec format
 ===========
@@ -37,6 +37,23 @@ One file per API, named after the API in snake_case (`fetch.spec`). Blank lines 
     only) or, for strings, the literal text. Without it a field defaults to its type's zero:
     0, 0.0, False, "", b"", the all-zero UUID, an empty array, a struct of defaults, and None
     for `records`.
+
+Data specs
+==========
+A data schema (Kafka's `"type": "data"`) is a versioned struct that is not a message of an API:
+the consumer protocol's subscription and assignment, the `__consumer_offsets` record keys and
+values. One file per schema under `specs/data/`, named after it in snake_case:
+
+    data ConsumerProtocolAssignment versions 0-3 flexible none
+
+    AssignedPartitions []TopicPartition
+      Topic string
+      Partitions []int32
+    UserData bytes nullable default=null
+
+* Header line: `data <Name> versions <min>-<max> flexible <n>+` (or `flexible none`).
+* Then the fields, at indentation 0, with the same syntax as above (`records` excepted: data
+  is encoded to plain bytes).
 """
 
 from __future__ import annotations
@@ -44,14 +61,16 @@ from __future__ import annotations
 import keyword
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 from riverbed.protocol.primitives import ZERO_UUID
 
 SPECS_DIR: Final = Path(__file__).parent / "specs"
+DATA_SPECS_DIR: Final = SPECS_DIR / "data"
 
 # Kafka versions are int16 on the wire; an open range ("5+") runs to the largest one.
 VERSION_MAX: Final = 0x7FFF
@@ -63,9 +82,9 @@ _NULLABLE_PRIMITIVES: Final = frozenset({"string", "bytes", "records"})
 
 _NAME_RE: Final = re.compile(r"[A-Z][A-Za-z0-9]*\Z")
 _VERSIONS_RE: Final = re.compile(r"(\d+)(\+|-(\d+))?\Z")
-_HEADER_RE: Final = re.compile(
-    r"api (\d+) ([A-Z][A-Za-z0-9]*) versions (\d+)-(\d+) flexible (none|\d+\+)\Z"
-)
+_HEADER_TAIL: Final = r"([A-Z][A-Za-z0-9]*) versions (\d+)-(\d+) flexible (none|\d+\+)\Z"
+_API_HEADER_RE: Final = re.compile(r"api (\d+) " + _HEADER_TAIL)
+_DATA_HEADER_RE: Final = re.compile(r"data " + _HEADER_TAIL)
 
 DefaultValue = int | float | bool | str | bytes | uuid.UUID | None
 
@@ -130,20 +149,31 @@ class StructSpec:
 
 
 @dataclass(frozen=True, slots=True)
-class ApiSpec:
-    key: int
+class VersionedSpec:
+    """What API and data specs share: a name, the supported versions and the flexible ones."""
+
     name: str
     min_version: int
     max_version: int
     flexible_min_version: int | None  # None: no supported version is flexible
-    request: StructSpec
-    response: StructSpec
 
     def supports(self, version: int) -> bool:
         return self.min_version <= version <= self.max_version
 
     def is_flexible(self, version: int) -> bool:
         return self.flexible_min_version is not None and version >= self.flexible_min_version
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSpec(VersionedSpec):
+    key: int
+    request: StructSpec
+    response: StructSpec
+
+
+@dataclass(frozen=True, slots=True)
+class DataSpec(VersionedSpec):
+    struct: StructSpec  # named like the schema
 
 
 def snake_case(name: str) -> str:
@@ -154,17 +184,37 @@ def snake_case(name: str) -> str:
 @cache
 def load_api_specs(directory: Path = SPECS_DIR) -> dict[int, ApiSpec]:
     """Parse every `*.spec` file of `directory`, keyed by API key."""
-    specs: dict[int, ApiSpec] = {}
-    for path in sorted(directory.glob("*.spec")):
-        spec = parse_spec(path.read_text(encoding="utf-8"), path.name)
-        if spec.key in specs:
-            raise SpecError(f"{path.name}: api key {spec.key} already defined by another file")
-        specs[spec.key] = spec
-    return specs
+    return _load(directory, parse_spec, lambda spec: spec.key)
+
+
+@cache
+def load_data_specs(directory: Path = DATA_SPECS_DIR) -> dict[str, DataSpec]:
+    """Parse every data `*.spec` file of `directory`, keyed by schema name."""
+    return _load(directory, parse_data_spec, lambda spec: spec.name)
 
 
 def parse_spec(text: str, filename: str) -> ApiSpec:
-    return _Parser(text, filename).parse()
+    return _Parser(text, filename).parse_api()
+
+
+def parse_data_spec(text: str, filename: str) -> DataSpec:
+    return _Parser(text, filename).parse_data()
+
+
+_Spec = TypeVar("_Spec", bound=VersionedSpec)
+_Key = TypeVar("_Key", int, str)
+
+
+def _load(
+    directory: Path, parse: Callable[[str, str], _Spec], key: Callable[[_Spec], _Key]
+) -> dict[_Key, _Spec]:
+    specs: dict[_Key, _Spec] = {}
+    for path in sorted(directory.glob("*.spec")):
+        spec = parse(path.read_text(encoding="utf-8"), path.name)
+        if key(spec) in specs:
+            raise SpecError(f"{path.name}: {key(spec)} is already defined by another file")
+        specs[key(spec)] = spec
+    return specs
 
 
 @dataclass(slots=True)
@@ -179,42 +229,72 @@ class _Parser:
         self._filename = filename
         self._lines = list(self._tokenize(text))
         self._position = 0
-        self._api_versions = VersionRange(0, 0)
+        self._spec_versions = VersionRange(0, 0)
         self._flexible: VersionRange | None = None
+        self._is_data = False
 
-    def parse(self) -> ApiSpec:
-        header = self._take(0, "the header line `api <key> <Name> versions <a>-<b> flexible ..`")
-        match = _HEADER_RE.match(" ".join(header.tokens))
-        if match is None:
-            raise self._error(
-                header.number, "expected `api <key> <Name> versions <a>-<b> flexible <n>+|none`"
-            )
-        key, name = int(match[1]), match[2]
-        low, high = int(match[3]), int(match[4])
-        if low > high or high > VERSION_MAX:
-            raise self._error(header.number, f"bad version range {low}-{high}")
-        self._api_versions = VersionRange(low, high)
-        flexible_min = None if match[5] == "none" else int(match[5][:-1])
-        if flexible_min is not None:
-            self._flexible = VersionRange(flexible_min, VERSION_MAX)
+    def parse_api(self) -> ApiSpec:
+        match = self._header(_API_HEADER_RE, "api <key> <Name>")
+        name = match[2]
         request = self._section("request", f"{name}Request")
         response = self._section("response", f"{name}Response")
         if self._position < len(self._lines):
             raise self._error(
                 self._lines[self._position].number, "unexpected line after the response section"
             )
-        return ApiSpec(key, name, low, high, flexible_min, request, response)
+        return ApiSpec(
+            name=name,
+            min_version=self._spec_versions.low,
+            max_version=self._spec_versions.high,
+            flexible_min_version=self._flexible.low if self._flexible else None,
+            key=int(match[1]),
+            request=request,
+            response=response,
+        )
+
+    def parse_data(self) -> DataSpec:
+        self._is_data = True
+        match = self._header(_DATA_HEADER_RE, "data <Name>")
+        name = match[1]
+        struct = self._struct(name, 0, self._lines[0].number)  # every line left is a field
+        if not struct.fields:
+            raise self._error(0, f"data schema {name} has no fields")
+        return DataSpec(
+            name=name,
+            min_version=self._spec_versions.low,
+            max_version=self._spec_versions.high,
+            flexible_min_version=self._flexible.low if self._flexible else None,
+            struct=struct,
+        )
+
+    def _header(self, pattern: re.Pattern[str], start: str) -> re.Match[str]:
+        """Match the header line; its last three groups are the versions and flexible ones."""
+        expected = f"`{start} versions <a>-<b> flexible <n>+|none`"
+        header = self._take(0, f"the header line {expected}")
+        match = pattern.match(" ".join(header.tokens))
+        if match is None:
+            raise self._error(header.number, f"expected {expected}")
+        low, high, flexible = match.groups()[-3:]
+        if int(low) > int(high) or int(high) > VERSION_MAX:
+            raise self._error(header.number, f"bad version range {low}-{high}")
+        self._spec_versions = VersionRange(int(low), int(high))
+        if flexible != "none":
+            self._flexible = VersionRange(int(flexible[:-1]), VERSION_MAX)
+        return match
 
     def _section(self, keyword_: str, struct_name: str) -> StructSpec:
         line = self._take(0, f"the `{keyword_}` section")
         if line.tokens != [keyword_]:
             raise self._error(line.number, f"expected `{keyword_}`")
-        struct = StructSpec(struct_name, self._fields(1, self._api_versions))
+        return self._struct(struct_name, 1, line.number)
+
+    def _struct(self, struct_name: str, depth: int, number: int) -> StructSpec:
+        struct = StructSpec(struct_name, self._fields(depth, self._spec_versions))
         names = [s.name for s in struct.structs()]
         for struct_name_ in names:
             if names.count(struct_name_) > 1 or struct_name_ == struct_name:
                 raise self._error(
-                    line.number, f"struct name {struct_name_} is used twice in {struct_name}"
+                    number, f"struct name {struct_name_} is used twice in {struct_name}"
                 )
         return struct
 
@@ -246,6 +326,8 @@ class _Parser:
             raise self._error(line.number, f"unknown type {type_token!r}")
         if is_array and type_name == "records":
             raise self._error(line.number, "arrays of records are not supported")
+        if self._is_data and type_name == "records":
+            raise self._error(line.number, "data schemas cannot hold records")
 
         declared = parent_versions
         if options and _VERSIONS_RE.match(options[0]):

@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 from aiokafka.protocol import admin as aiokafka_admin
+from aiokafka.protocol import commit as aiokafka_commit
 from aiokafka.protocol import fetch as aiokafka_fetch
+from aiokafka.protocol import group as aiokafka_group
 from aiokafka.protocol import metadata as aiokafka_metadata
 from aiokafka.protocol import offset as aiokafka_offset
 from aiokafka.protocol import produce as aiokafka_produce
@@ -37,8 +39,10 @@ from riverbed.protocol.schema import ApiSpec, FieldSpec, StructSpec, load_api_sp
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka.protocol.admin import configs as kp_configs
+    from kafka.protocol.admin import groups as kp_admin_groups
     from kafka.protocol.admin import topics as kp_topics
     from kafka.protocol.consumer import fetch as kp_fetch
+    from kafka.protocol.consumer import group as kp_group
     from kafka.protocol.consumer import offsets as kp_offsets
     from kafka.protocol.metadata import api_versions as kp_api_versions
     from kafka.protocol.metadata import find_coordinator as kp_find_coordinator
@@ -141,7 +145,15 @@ def test_supported_api_versions() -> None:
         2: (1, 7),
         3: (0, 12),
         7: (1, 3),
+        8: (0, 8),
+        9: (0, 8),
         10: (0, 4),
+        11: (0, 9),
+        12: (0, 4),
+        13: (0, 5),
+        14: (0, 5),
+        15: (0, 5),
+        16: (0, 4),
         18: (0, 3),
         19: (2, 7),
         20: (1, 6),
@@ -149,6 +161,7 @@ def test_supported_api_versions() -> None:
         23: (2, 4),
         32: (1, 4),
         33: (0, 2),
+        42: (0, 2),
         44: (0, 1),
     }
 
@@ -170,6 +183,15 @@ def test_flexible_versions() -> None:
         "IncrementalAlterConfigs": 1,
         "OffsetForLeaderEpoch": 4,
         "ControlledShutdown": 3,
+        "OffsetCommit": 8,
+        "OffsetFetch": 6,
+        "JoinGroup": 6,
+        "Heartbeat": 4,
+        "LeaveGroup": 4,
+        "SyncGroup": 4,
+        "DescribeGroups": 5,
+        "ListGroups": 3,
+        "DeleteGroups": 2,
     }
 
 
@@ -196,7 +218,15 @@ KAFKA_PYTHON_CLASSES: dict[int, tuple[Any, Any]] = {
     1: (kp_fetch.FetchRequest, kp_fetch.FetchResponse),
     2: (kp_offsets.ListOffsetsRequest, kp_offsets.ListOffsetsResponse),
     3: (kp_metadata.MetadataRequest, kp_metadata.MetadataResponse),
+    8: (kp_group.OffsetCommitRequest, kp_group.OffsetCommitResponse),
+    9: (kp_group.OffsetFetchRequest, kp_group.OffsetFetchResponse),
     10: (kp_find_coordinator.FindCoordinatorRequest, kp_find_coordinator.FindCoordinatorResponse),
+    11: (kp_group.JoinGroupRequest, kp_group.JoinGroupResponse),
+    12: (kp_group.HeartbeatRequest, kp_group.HeartbeatResponse),
+    13: (kp_group.LeaveGroupRequest, kp_group.LeaveGroupResponse),
+    14: (kp_group.SyncGroupRequest, kp_group.SyncGroupResponse),
+    15: (kp_admin_groups.DescribeGroupsRequest, kp_admin_groups.DescribeGroupsResponse),
+    16: (kp_admin_groups.ListGroupsRequest, kp_admin_groups.ListGroupsResponse),
     18: (kp_api_versions.ApiVersionsRequest, kp_api_versions.ApiVersionsResponse),
     19: (kp_topics.CreateTopicsRequest, kp_topics.CreateTopicsResponse),
     20: (kp_topics.DeleteTopicsRequest, kp_topics.DeleteTopicsResponse),
@@ -204,12 +234,21 @@ KAFKA_PYTHON_CLASSES: dict[int, tuple[Any, Any]] = {
     23: (kp_offsets.OffsetForLeaderEpochRequest, kp_offsets.OffsetForLeaderEpochResponse),
     32: (kp_configs.DescribeConfigsRequest, kp_configs.DescribeConfigsResponse),
     33: (kp_configs.AlterConfigsRequest, kp_configs.AlterConfigsResponse),
+    42: (kp_admin_groups.DeleteGroupsRequest, kp_admin_groups.DeleteGroupsResponse),
     44: (kp_configs.IncrementalAlterConfigsRequest, kp_configs.IncrementalAlterConfigsResponse),
 }
 # Broker-to-controller APIs kafka-python does not implement: checked by round trips and by the
 # brokers' own use of them in the cluster tests.
 INTER_BROKER_ONLY = {7}
-KAFKA_PYTHON_CASES = [case for case in CASES if case.values[0] not in INTER_BROKER_ONLY]
+# kafka-python 3 reads Kafka 4's JSON, which dropped these versions (KIP-896): OffsetCommit v0-1
+# and OffsetFetch v0 are checked against aiokafka's classes instead.
+KAFKA_PYTHON_MISSING_VERSIONS = {8: {0, 1}, 9: {0}}
+KAFKA_PYTHON_CASES = [
+    case
+    for case in CASES
+    if case.values[0] not in INTER_BROKER_ONLY
+    and case.values[1] not in KAFKA_PYTHON_MISSING_VERSIONS.get(case.values[0], set())
+]
 
 
 def test_every_client_api_has_a_kafka_python_cross_check() -> None:
@@ -231,8 +270,9 @@ def test_kafka_python_reads_and_rewrites_our_bytes(
     assert theirs.encode(version=version) == encoded
 
 
-# aiokafka declares ListOffsets v4-5 CurrentLeaderEpoch as int64; Kafka's spec says int32.
-AIOKAFKA_KNOWN_WRONG = {"OffsetRequest_v4", "OffsetRequest_v5"}
+# aiokafka declares ListOffsets v4-5 CurrentLeaderEpoch as int64 (Kafka's spec says int32), and
+# its ListGroupsRequest_v2 claims API_VERSION 1.
+AIOKAFKA_KNOWN_WRONG = {"OffsetRequest_v4", "OffsetRequest_v5", "ListGroupsRequest_v2"}
 
 
 def _aiokafka_classes() -> list[Any]:
@@ -243,6 +283,8 @@ def _aiokafka_classes() -> list[Any]:
         aiokafka_offset,
         aiokafka_metadata,
         aiokafka_admin,
+        aiokafka_commit,
+        aiokafka_group,
     ):
         for name in dir(module):
             cls = getattr(module, name)
@@ -266,6 +308,22 @@ def test_aiokafka_reads_and_rewrites_our_bytes(aiokafka_cls: Any, data: st.DataO
     theirs = aiokafka_cls.decode(stream)
     assert stream.tell() == len(encoded)
     assert theirs.encode() == encoded
+
+
+def test_versions_kafka_python_lacks_are_checked_against_aiokafka() -> None:
+    for api_key, classes in KAFKA_PYTHON_CLASSES.items():
+        spec = SPECS[api_key]
+        for cls in classes:
+            low, high = cls.valid_versions
+            lacking = {
+                v for v in range(spec.min_version, spec.max_version + 1) if not low <= v <= high
+            }
+            assert lacking == KAFKA_PYTHON_MISSING_VERSIONS.get(api_key, set()), cls.__name__
+    aiokafka_ids = {param.id for param in _aiokafka_classes()}
+    for api_key, versions in KAFKA_PYTHON_MISSING_VERSIONS.items():
+        for version in versions:
+            for kind in ("Request", "Response"):
+                assert f"{SPECS[api_key].name}{kind}_v{version}" in aiokafka_ids
 
 
 def test_golden_metadata_request_from_aiokafka() -> None:
@@ -337,6 +395,35 @@ def test_golden_flexible_fetch_request_from_kafka_python() -> None:
         partition=3, current_leader_epoch=7, fetch_offset=42, partition_max_bytes=4096
     )
     assert encode(body, 12, False) == wire
+
+
+def test_golden_batched_offset_fetch_request_from_kafka_python() -> None:
+    # v8 batches groups (KIP-709); a group's null topics asks for every committed offset.
+    Group = kp_group.OffsetFetchRequest.OffsetFetchRequestGroup
+    theirs = kp_group.OffsetFetchRequest(
+        groups=[
+            Group(group_id="g1", topics=None),
+            Group(
+                group_id="g2",
+                topics=[Group.OffsetFetchRequestTopics(name="t", partition_indexes=[0, 2])],
+            ),
+        ],
+        require_stable=True,
+    )
+    wire = theirs.encode(version=8)
+    body = decode(9, 8, wire, False)
+    ours = messages.OffsetFetchRequest
+    assert body == ours(
+        groups=[
+            ours.OffsetFetchRequestGroup(group_id="g1", topics=None),
+            ours.OffsetFetchRequestGroup(
+                group_id="g2",
+                topics=[ours.OffsetFetchRequestTopics(name="t", partition_indexes=[0, 2])],
+            ),
+        ],
+        require_stable=True,
+    )
+    assert encode(body, 8, False) == wire
 
 
 # --- records: zero-copy in, file regions out ----------------------------------------------------

@@ -12,6 +12,7 @@ from riverbed.coordination.controller import Controller
 from riverbed.coordination.metadata import ClusterMetadataStore
 from riverbed.coordination.metadata_cache import MetadataCache
 from riverbed.coordination.producer_ids import ProducerIdIssuer
+from riverbed.groups.coordinator import GroupCoordinator
 from riverbed.hot.isr import IsrManager
 from riverbed.hot.partitions import Partition, PartitionManager
 from riverbed.protocol.errors import ErrorCode, KafkaError
@@ -32,6 +33,7 @@ class BrokerContext:
     partitions: PartitionManager
     producer_ids: ProducerIdIssuer
     isr_manager: IsrManager
+    groups: GroupCoordinator
     controller: Controller | None = None  # ours; active only while this broker is controller
     now_ms: Callable[[], int] = field(default=wall_clock_ms)
     # Futures of handlers waiting for a metadata change to be applied locally (see wait_until).

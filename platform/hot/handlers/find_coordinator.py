@@ -1,40 +1,54 @@
-"""FindCoordinator: no broker coordinates groups or transactions yet.
+"""FindCoordinator: the broker coordinating a consumer group (key type 0), v4+ several at once.
 
-Consumer groups (and their `__consumer_offsets` coordinators) arrive in a later issue, and Riverbed
-has no transactions. Until then every key gets COORDINATOR_NOT_AVAILABLE, which clients treat as
-retriable — the truthful answer of a cluster whose coordinators are not up. The API is advertised
-anyway because librdkafka enables LZ4 only for brokers that list FindCoordinator (its feature
-table dates LZ4 to the broker release that introduced FindCoordinator).
+The coordinator of a group is the leader of its `__consumer_offsets` partition; the first lookup
+creates the topic (see riverbed.groups.offsets_topic). Riverbed has no transactions, so a
+transactional id (key type 1) has no coordinator: COORDINATOR_NOT_AVAILABLE with a message.
 """
 
 from __future__ import annotations
 
+from typing import Final
+
+from riverbed.hot.handlers.context import BrokerContext
 from riverbed.protocol import messages as m
-from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.errors import ErrorCode, KafkaError
 
 Coordinator = m.FindCoordinatorResponse.Coordinator
 
-NOT_AVAILABLE_MESSAGE = "Riverbed does not coordinate consumer groups or transactions yet"
+KEY_TYPE_GROUP: Final = 0
+KEY_TYPE_TRANSACTION: Final = 1
 
 
 async def handle_find_coordinator(
-    request: m.FindCoordinatorRequest, version: int
+    ctx: BrokerContext, request: m.FindCoordinatorRequest, version: int
 ) -> m.FindCoordinatorResponse:
-    code = ErrorCode.COORDINATOR_NOT_AVAILABLE
+    keys = request.coordinator_keys if version >= 4 else [request.key]
+    found = [await _find(ctx, request.key_type, key) for key in keys]
     if version >= 4:
-        return m.FindCoordinatorResponse(
-            coordinators=[
-                Coordinator(
-                    key=key,
-                    node_id=-1,
-                    host="",
-                    port=-1,
-                    error_code=code,
-                    error_message=NOT_AVAILABLE_MESSAGE,
-                )
-                for key in request.coordinator_keys
-            ]
-        )
+        return m.FindCoordinatorResponse(coordinators=found)
+    (only,) = found
     return m.FindCoordinatorResponse(
-        error_code=code, error_message=NOT_AVAILABLE_MESSAGE, node_id=-1, host="", port=-1
+        error_code=only.error_code,
+        error_message=only.error_message,
+        node_id=only.node_id,
+        host=only.host,
+        port=only.port,
+    )
+
+
+async def _find(ctx: BrokerContext, key_type: int, key: str) -> Coordinator:
+    try:
+        if key_type == KEY_TYPE_TRANSACTION:
+            raise KafkaError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, "Riverbed does not support transactions"
+            )
+        if key_type != KEY_TYPE_GROUP:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
+        broker = await ctx.groups.find(key)
+    except KafkaError as error:
+        return Coordinator(
+            key=key, node_id=-1, host="", port=-1, error_code=error.code, error_message=str(error)
+        )
+    return Coordinator(
+        key=key, node_id=broker.broker_id, host=broker.host, port=broker.port, error_message=None
     )
