@@ -21,22 +21,13 @@ from riverbed.coordination.layout import NO_LEADER, BrokerRegistration
 from riverbed.coordination.metadata import ClusterMetadataStore
 from riverbed.coordination.metadata_cache import MetadataCache, TopicMetadata
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.protocol.java_hash import java_string_hash
 
 OFFSETS_TOPIC: Final = "__consumer_offsets"
 INT32_MIN: Final = -(2**31)
 # A FindCoordinator that created the topic waits this long for its leader to be known, so the
 # first lookup usually answers at once instead of sending the client into a retry.
 LEADER_WAIT_MS: Final = 1_000
-
-
-def java_string_hash(text: str) -> int:
-    """Java's `String.hashCode()`: s[0]*31^(n-1) + ... + s[n-1] over UTF-16 code units, as a
-    signed 32-bit int (characters outside the BMP count as their two surrogates)."""
-    units = text.encode("utf-16-be")
-    value = 0
-    for position in range(0, len(units), 2):
-        value = (31 * value + (units[position] << 8 | units[position + 1])) & 0xFFFFFFFF
-    return value - (1 << 32) if value & 0x80000000 else value
 
 
 def partition_for(group_id: str, partition_count: int) -> int:

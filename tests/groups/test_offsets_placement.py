@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 from riverbed.configs import BrokerConfig
-from riverbed.groups.offsets_topic import java_string_hash, offsets_topic_configs, partition_for
+from riverbed.groups.offsets_topic import offsets_topic_configs, partition_for
+from riverbed.protocol.java_hash import java_string_hash
 
 
 @pytest.mark.parametrize(
