@@ -19,7 +19,9 @@ as records arriving at its owner.
 - **join10**: an 11th member joins a settled group of 10; the time until every member has its
   new assignment and every partition delivered a record again.
 
-Each round's member replaced, the group settles again before the next round. Medians of
+Each round's member replaced, the group settles again and runs for SETTLED_PAUSE_S plus a random
+part of a heartbeat interval before the next departure (a departure right after a rebalance
+would line up with every member's heartbeat schedule, which restarts at each rebalance). Medians of
 ROUNDS rounds. The ratios put the kill times next to the session timeout: a ratio near 1 means
 failure detection is all there is; the rest is the rebalance itself.
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -57,6 +60,10 @@ SMALL_TOPIC_PARTITIONS = 6
 LARGE_GROUP = 10
 LARGE_TOPIC_PARTITIONS = 20
 ROUNDS = 10
+# librdkafka's heartbeat.interval.ms default (the members do not set it).
+HEARTBEAT_INTERVAL_MS = 3000
+# Plus a random part of a heartbeat interval: how long a settled group runs before a departure.
+SETTLED_PAUSE_S = 3.0
 QUICK_ROUNDS = 2
 PRODUCE_INTERVAL_S = 0.01
 BROKER_START_TIMEOUT_S = 120.0
@@ -280,6 +287,10 @@ def measure_departures(
         start = time.monotonic()
         wait_settled(group, start, SMALL_TOPIC_PARTITIONS, "form")
         for _ in range(rounds):
+            # Not right after the rebalance that settled the group: the members' heartbeats
+            # and the victim's session all restarted then, in step, and a session timeout that
+            # is a multiple of the heartbeat interval would hide the heartbeat wait.
+            time.sleep(random.uniform(0, HEARTBEAT_INTERVAL_MS / 1000) + SETTLED_PAUSE_S)
             victim = next(member for member in group.live() if member.owned())
             orphaned = victim.owned()
             t0 = time.monotonic()
@@ -403,7 +414,8 @@ def summarize(rounds: int, settings: dict[str, str], measured: dict[str, Any]) -
                 "default": SESSION_TIMEOUT_DEFAULT_MS,
                 "short": SESSION_TIMEOUT_SHORT_MS,
             },
-            "heartbeat_interval_ms": 3000,
+            "heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
+            "departure_after_settled_s": f"{SETTLED_PAUSE_S} + uniform(0, heartbeat interval)",
             "produce_interval_s": PRODUCE_INTERVAL_S,
         },
         "tools": {"confluent_kafka": confluent_kafka.version()[0]},

@@ -1,4 +1,5 @@
-"""The `riverbed` command: run brokers and a local development cluster, manage topics.
+"""The `riverbed` command: run brokers and a local development cluster, manage topics and
+consumer groups (`riverbed groups ...`, in riverbed.cli_groups).
 
 Every failure a user can cause (bad flag, bad config, unreachable broker, Kafka error) ends in one
 line on stderr naming the problem and a non-zero exit; tracebacks are for bugs only.
@@ -16,6 +17,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
+from riverbed import cli_groups
 from riverbed.client.admin import Admin
 from riverbed.client.consumer import Consumer
 from riverbed.client.producer import Producer
@@ -161,6 +163,9 @@ def _parser() -> argparse.ArgumentParser:
     consume.set_defaults(command=_consume)
     for sub in (produce, consume):
         sub.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT")
+
+    groups = cli_groups.add_parser(commands, DEFAULT_BOOTSTRAP)
+    groups.set_defaults(command=_groups)
     return parser
 
 
@@ -343,6 +348,11 @@ def _topics_delete(args: argparse.Namespace) -> int:
         return 0
 
     return _admin_command(args, action)
+
+
+def _groups(args: argparse.Namespace) -> int:
+    action: cli_groups.GroupAction = args.group_action
+    return _admin_command(args, lambda admin: action(admin, args))
 
 
 def _produce(args: argparse.Namespace) -> int:

@@ -1,16 +1,18 @@
-"""The admin client: topics, topic configs and partition offsets.
+"""The admin client: topics, topic configs, partition offsets and consumer groups.
 
 Requests go where Kafka's admin clients send them: topic creation and deletion to the controller,
-ListOffsets to each partition's leader, everything else (Metadata, DescribeConfigs,
+ListOffsets to each partition's leader, a group's requests (DescribeGroups, OffsetFetch,
+OffsetCommit, DeleteGroups) to its coordinator as FindCoordinator names it, ListGroups to every
+broker (each lists the groups it coordinates), everything else (Metadata, DescribeConfigs,
 IncrementalAlterConfigs of topics) to any broker. Connections and metadata come from the
 client's shared `BrokerPool`.
 
-Each operation retries what a retry can fix (the controller or a leader moved, a connection
-dropped) with the pool's exponential backoff, for at most `request_timeout_ms` in all; before
-any broker has answered, a connection failure is raised at once (a wrong bootstrap address
-should not look like a slow cluster). Every other error is raised at once as its
-`riverbed.errors` class, carrying the broker's code and message; unknown topics are not retried
-(the admin asks about the cluster as it is).
+Each operation retries what a retry can fix (the controller, a leader or a group's coordinator
+moved or is loading, a connection dropped) with the pool's exponential backoff, for at most
+`request_timeout_ms` in all; before any broker has answered, a connection failure is raised at
+once (a wrong bootstrap address should not look like a slow cluster). Every other error is
+raised at once as its `riverbed.errors` class, carrying the broker's code and message; unknown
+topics are not retried (the admin asks about the cluster as it is).
 """
 
 from __future__ import annotations
@@ -18,16 +20,18 @@ from __future__ import annotations
 import asyncio
 import enum
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Literal, NamedTuple, Protocol, TypeVar
 
 from riverbed.client.connection import BrokerConnection
+from riverbed.client.group.consumer_protocol import NO_GENERATION, PROTOCOL_TYPE, decode_assignment
 from riverbed.client.lifecycle import AsyncClient
 from riverbed.client.pool import BrokerPool, backoff_ms
 from riverbed.client.settings import AdminSettings
 from riverbed.client.types import TopicPartition
 from riverbed.errors import (
+    CoordinatorError,
     KafkaTimeoutError,
     LeadershipError,
     NetworkError,
@@ -63,6 +67,28 @@ RETRIABLE: Final = (
     ConnectionError,
     TimeoutError,
 )
+# A group's requests also retry a coordinator that moved, is not up yet or is loading its groups.
+GROUP_RETRIABLE: Final = (*RETRIABLE, CoordinatorError)
+# FindCoordinator's key type for a group id (1 is a transactional id).
+GROUP_KEY_TYPE: Final = 0
+# First versions answering in the batched shape (KIP-699, KIP-709) and filtering by state (KIP-518).
+FIND_COORDINATOR_BATCHED_VERSION: Final = 4
+OFFSET_FETCH_BATCHED_VERSION: Final = 8
+LIST_GROUPS_STATES_VERSION: Final = 4
+# An OffsetCommit from outside the group, as Kafka's admin sends it: no generation, no member.
+NO_MEMBER_ID: Final = ""
+# OffsetCommit v2-4's retention time: -1 leaves it to the broker's offsets.retention.minutes.
+BROKER_RETENTION: Final = -1
+NO_LEADER_EPOCH: Final = -1
+# What a group error means when the request came from outside the group (the admin's only kind).
+GROUP_ERROR_REASONS: Final[Mapping[ErrorCode, str]] = {
+    ErrorCode.GROUP_ID_NOT_FOUND: "the group does not exist",
+    ErrorCode.NON_EMPTY_GROUP: "the group has active members",
+    ErrorCode.UNKNOWN_MEMBER_ID: "the group has active members (its offsets can be altered only "
+    "while it is empty)",
+    ErrorCode.REBALANCE_IN_PROGRESS: "the group is rebalancing (its offsets can be altered only "
+    "while it is empty)",
+}
 
 OffsetSpec = Literal["earliest", "latest", "max_timestamp"] | int
 
@@ -122,6 +148,80 @@ class OffsetAndTimestamp(NamedTuple):
     timestamp_ms: int
 
 
+class GroupState(enum.StrEnum):
+    """A group's state as its coordinator reports it (Kafka's classic group states, with their
+    wire names); UNKNOWN for a state this client does not know."""
+
+    UNKNOWN = "Unknown"
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+    @classmethod
+    def parse(cls, name: str) -> GroupState:
+        """The state called `name`, ignoring case (as Kafka's ConsumerGroupState.parse)."""
+        for state in cls:
+            if state.value.lower() == name.lower():
+                return state
+        return cls.UNKNOWN
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    """One group as ListGroups reports it. `protocol_type` is "consumer" for consumer groups and
+    "" for a group that only holds offsets committed from outside it."""
+
+    group_id: str
+    protocol_type: str
+    state: GroupState
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    """One member of a described group. `assignment` is decoded for consumer groups (protocol
+    type "consumer"; empty until the member's first assignment) and None for other protocols,
+    whose assignment bytes this client cannot read."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    assignment: tuple[TopicPartition, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    """A group's state, protocol and members, from its coordinator (broker id `coordinator`).
+
+    `protocol` is the assignor the members agreed on (e.g. "range"; Kafka fills it only while
+    the group is Stable). A group the coordinator does not know is DEAD with no members, as
+    Kafka's coordinator describes it."""
+
+    group_id: str
+    state: GroupState
+    protocol_type: str
+    protocol: str
+    members: tuple[MemberDescription, ...]
+    coordinator: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndMetadata:
+    """A group's committed position in one partition: the offset of the next record to consume,
+    the committer's metadata string and the leader epoch of the last record consumed (None if
+    unknown), as Kafka's OffsetAndMetadata."""
+
+    offset: int
+    metadata: str = ""
+    leader_epoch: int | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.offset, bool) or not isinstance(self.offset, int) or self.offset < 0:
+            raise ValueError(f"a committed offset must be an int >= 0, got {self.offset!r}")
+
+
 class Admin(AsyncClient):
     """Async context manager for cluster administration:
 
@@ -140,6 +240,8 @@ class Admin(AsyncClient):
         # An admin asks about topics; it never creates one by looking.
         self._pool = BrokerPool(self.settings, allow_auto_topic_creation=False)
         self._answered = False  # whether any request of this admin got a response
+        # Group id -> node id of its coordinator, kept until a request there fails.
+        self._coordinators: dict[str, int] = {}
 
     async def close(self) -> None:
         """Close every connection. Idempotent."""
@@ -357,6 +459,227 @@ class Admin(AsyncClient):
             raise first_error
         return answered
 
+    # -- consumer groups ------------------------------------------------------------------
+    async def list_groups(self, states: Collection[GroupState] | None = None) -> list[GroupListing]:
+        """Every group in the cluster, sorted by id (each broker lists the groups it
+        coordinates, so every broker is asked); with `states`, only groups in one of them."""
+        request = m.ListGroupsRequest(states_filter=sorted(state.value for state in states or ()))
+        listed: dict[int, list[GroupListing]] = {}  # by the broker that answered
+
+        async def attempt() -> None:
+            await self._pool.refresh()
+            missing = [node_id for node_id in self._pool.cluster.brokers if node_id not in listed]
+            answers = await asyncio.gather(
+                *(self._list_groups_at(node_id, request) for node_id in missing),
+                return_exceptions=True,
+            )
+            for node_id, answer in zip(missing, answers, strict=True):
+                if not isinstance(answer, BaseException):
+                    listed[node_id] = answer
+            errors = [answer for answer in answers if isinstance(answer, BaseException)]
+            if errors:
+                raise errors[0]
+
+        await self._retrying("listing groups", attempt, GROUP_RETRIABLE)
+        groups = {group.group_id: group for answer in listed.values() for group in answer}
+        return [groups[group_id] for group_id in sorted(groups)]
+
+    async def _list_groups_at(
+        self, node_id: int, request: m.ListGroupsRequest
+    ) -> list[GroupListing]:
+        connection = await self._pool.connection_for(node_id)
+        version = connection.version_for(m.ListGroupsRequest.API_KEY)
+        if request.states_filter and version < LIST_GROUPS_STATES_VERSION:
+            raise error_for(
+                ErrorCode.UNSUPPORTED_VERSION,
+                f"broker {node_id} cannot list groups by state (ListGroups v{version})",
+            )
+        response = await connection.call(
+            request, m.ListGroupsResponse, timeout_ms=self.settings.request_timeout_ms
+        )
+        _raise_for(response.error_code, f"listing the groups of broker {node_id}")
+        return [
+            GroupListing(g.group_id, g.protocol_type, GroupState.parse(g.group_state))
+            for g in response.groups
+        ]
+
+    async def describe_groups(self, group_ids: Collection[str]) -> dict[str, GroupDescription]:
+        """State, protocol and members of each group, by id (see GroupDescription)."""
+        ids = list(dict.fromkeys(group_ids))
+        return dict(zip(ids, await _each(ids, self._describe_group), strict=True))
+
+    async def _describe_group(self, group_id: str) -> GroupDescription:
+        request = m.DescribeGroupsRequest(groups=[group_id])
+
+        async def attempt(connection: BrokerConnection, node_id: int) -> GroupDescription:
+            response = await connection.call(
+                request, m.DescribeGroupsResponse, timeout_ms=self.settings.request_timeout_ms
+            )
+            (group,) = response.groups
+            _raise_for_group(group.error_code, group_id, "describing")
+            return _group_description(group, node_id)
+
+        return await self._at_coordinator(group_id, f"describing group {group_id!r}", attempt)
+
+    async def list_group_offsets(
+        self, group_id: str, partitions: Collection[TopicPartition] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The group's committed offsets in `partitions`, or (None) in every partition it has
+        committed, sorted by partition. Partitions without a committed offset are left out."""
+        by_topic = None if partitions is None else _partitions_by_topic(partitions)
+        Fetch = m.OffsetFetchRequest
+        request = Fetch(
+            group_id=group_id,
+            topics=None
+            if by_topic is None
+            else [
+                Fetch.OffsetFetchRequestTopic(name=t, partition_indexes=ps) for t, ps in by_topic
+            ],
+            groups=[
+                Fetch.OffsetFetchRequestGroup(
+                    group_id=group_id,
+                    topics=None
+                    if by_topic is None
+                    else [
+                        Fetch.OffsetFetchRequestTopics(name=t, partition_indexes=ps)
+                        for t, ps in by_topic
+                    ],
+                )
+            ],
+            require_stable=False,  # Riverbed has no transactions: no offset is ever pending
+        )
+
+        async def attempt(
+            connection: BrokerConnection, node_id: int
+        ) -> dict[TopicPartition, OffsetAndMetadata]:
+            response = await connection.call(
+                request, m.OffsetFetchResponse, timeout_ms=self.settings.request_timeout_ms
+            )
+            if connection.version_for(Fetch.API_KEY) >= OFFSET_FETCH_BATCHED_VERSION:
+                (group,) = response.groups
+                _raise_for_group(group.error_code, group_id, "fetching the offsets of")
+                return _committed_offsets(group_id, group.topics)
+            _raise_for_group(response.error_code, group_id, "fetching the offsets of")
+            return _committed_offsets(group_id, response.topics)
+
+        return await self._at_coordinator(
+            group_id, f"fetching the offsets of group {group_id!r}", attempt
+        )
+
+    async def alter_group_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata | int]
+    ) -> None:
+        """Commit `offsets` for the group from outside it, as Kafka's admin does (OffsetCommit
+        with no generation and no member id). The coordinator takes such a commit only while the
+        group has no members: otherwise GroupError UNKNOWN_MEMBER_ID (REBALANCE_IN_PROGRESS while
+        it rebalances). A group that does not exist is created, empty, with these offsets."""
+        committed = {
+            tp: o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(o)
+            for tp, o in offsets.items()
+        }
+        if not committed:
+            return
+        Commit = m.OffsetCommitRequest
+        by_topic: dict[str, list[m.OffsetCommitRequest.OffsetCommitRequestPartition]] = {}
+        for tp, offset in sorted(committed.items()):
+            by_topic.setdefault(tp.topic, []).append(
+                Commit.OffsetCommitRequestPartition(
+                    partition_index=tp.partition,
+                    committed_offset=offset.offset,
+                    committed_leader_epoch=NO_LEADER_EPOCH
+                    if offset.leader_epoch is None
+                    else offset.leader_epoch,
+                    committed_metadata=offset.metadata,
+                )
+            )
+        request = Commit(
+            group_id=group_id,
+            generation_id=NO_GENERATION,
+            member_id=NO_MEMBER_ID,
+            group_instance_id=None,
+            retention_time_ms=BROKER_RETENTION,
+            topics=[
+                Commit.OffsetCommitRequestTopic(name=topic, partitions=partitions)
+                for topic, partitions in by_topic.items()
+            ],
+        )
+
+        async def attempt(connection: BrokerConnection, node_id: int) -> None:
+            response = await connection.call(
+                request, m.OffsetCommitResponse, timeout_ms=self.settings.request_timeout_ms
+            )
+            for topic in response.topics:
+                for p in topic.partitions:
+                    doing = f"committing {topic.name}-{p.partition_index} for"
+                    _raise_for_group(p.error_code, group_id, doing)
+
+        await self._at_coordinator(group_id, f"committing offsets for group {group_id!r}", attempt)
+
+    async def delete_groups(self, group_ids: Collection[str]) -> None:
+        """Delete each group and its committed offsets. Only a group without members can be
+        deleted (GroupError NON_EMPTY_GROUP otherwise; GROUP_ID_NOT_FOUND for one that does not
+        exist). The groups are deleted independently: when some fail, the others are still
+        deleted and the first failure is raised."""
+        await _each(list(dict.fromkeys(group_ids)), self._delete_group)
+
+    async def _delete_group(self, group_id: str) -> None:
+        request = m.DeleteGroupsRequest(groups_names=[group_id])
+
+        async def attempt(connection: BrokerConnection, node_id: int) -> None:
+            response = await connection.call(
+                request, m.DeleteGroupsResponse, timeout_ms=self.settings.request_timeout_ms
+            )
+            (result,) = response.results
+            _raise_for_group(result.error_code, group_id, "deleting")
+
+        await self._at_coordinator(group_id, f"deleting group {group_id!r}", attempt)
+
+    async def _at_coordinator(
+        self,
+        group_id: str,
+        what: str,
+        attempt: Callable[[BrokerConnection, int], Awaitable[T]],
+    ) -> T:
+        """`attempt(connection, node_id)` at the group's coordinator, retried (see `_retrying`)
+        while the coordinator is unknown, moving or loading. A coordinator that failed for any
+        other retriable reason is looked up again with FindCoordinator."""
+
+        async def routed() -> T:
+            try:
+                node_id = await self._coordinator(group_id)
+                return await attempt(await self._pool.connection_for(node_id), node_id)
+            except GROUP_RETRIABLE as error:
+                loading = (
+                    isinstance(error, CoordinatorError)
+                    and error.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+                )
+                if not loading:  # it moved, or its broker is gone: ask again
+                    self._coordinators.pop(group_id, None)
+                raise
+
+        return await self._retrying(what, routed, GROUP_RETRIABLE)
+
+    async def _coordinator(self, group_id: str) -> int:
+        """The node id of the group's coordinator: the one found before, else FindCoordinator's
+        answer. Metadata is refreshed when that broker is not known yet."""
+        node_id = self._coordinators.get(group_id)
+        if node_id is None:
+            request = m.FindCoordinatorRequest(
+                key=group_id, key_type=GROUP_KEY_TYPE, coordinator_keys=[group_id]
+            )
+            connection = await self._pool.any_connection()
+            response = await connection.call(
+                request, m.FindCoordinatorResponse, timeout_ms=self.settings.request_timeout_ms
+            )
+            batched = connection.version_for(request.API_KEY) >= FIND_COORDINATOR_BATCHED_VERSION
+            found = response.coordinators[0] if batched else response
+            reason = f": {found.error_message}" if found.error_message else ""
+            _raise_for(found.error_code, f"finding the coordinator of group {group_id!r}{reason}")
+            node_id = self._coordinators[group_id] = found.node_id
+        if self._pool.cluster.broker(node_id) is None:
+            await self._pool.refresh()
+        return node_id
+
     # -- routing and retries --------------------------------------------------------------
     async def _metadata(self, topics: list[str] | None) -> m.MetadataResponse:
         """Metadata of `topics` (None: all), folded into the pool's cluster state too."""
@@ -389,17 +712,22 @@ class Admin(AsyncClient):
             request, response_type, timeout_ms=self.settings.request_timeout_ms
         )
 
-    async def _retrying(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
-        """`attempt()`, again after a backoff while it fails with a RETRIABLE error, for at most
-        request_timeout_ms; then KafkaTimeoutError with the last failure as its cause. Until
-        some request has been answered, connection failures are raised at once."""
+    async def _retrying(
+        self,
+        what: str,
+        attempt: Callable[[], Awaitable[T]],
+        retriable: tuple[type[BaseException], ...] = RETRIABLE,
+    ) -> T:
+        """`attempt()`, again after a backoff while it fails with a `retriable` error, for at
+        most request_timeout_ms; then KafkaTimeoutError with the last failure as its cause.
+        Until some request has been answered, connection failures are raised at once."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.request_timeout_ms / 1000
         failures = 0
         while True:
             try:
                 result = await attempt()
-            except RETRIABLE as error:
+            except retriable as error:
                 if not self._answered and isinstance(error, ConnectionError | TimeoutError):
                     # No broker ever answered: most likely a wrong address, so say so at once
                     # rather than after request_timeout_ms (as kafka-python's NoBrokersAvailable).
@@ -425,6 +753,95 @@ class _TopicResult(Protocol):
 
 
 _Result = TypeVar("_Result", bound=_TopicResult)
+
+
+async def _each(group_ids: Sequence[str], operation: Callable[[str], Awaitable[T]]) -> list[T]:
+    """`operation(group_id)` for every group at once (each at its own coordinator), in order;
+    the first failure is raised once every operation has finished."""
+    answers = await asyncio.gather(*(operation(g) for g in group_ids), return_exceptions=True)
+    results: list[T] = []
+    for answer in answers:
+        if isinstance(answer, BaseException):
+            raise answer
+        results.append(answer)
+    return results
+
+
+def _partitions_by_topic(partitions: Iterable[TopicPartition]) -> list[tuple[str, list[int]]]:
+    """The partitions grouped by topic, both sorted (as requests list them)."""
+    by_topic: dict[str, set[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, set()).add(tp.partition)
+    return [(topic, sorted(by_topic[topic])) for topic in sorted(by_topic)]
+
+
+class _FetchedPartition(Protocol):
+    partition_index: int
+    committed_offset: int
+    committed_leader_epoch: int
+    metadata: str | None
+    error_code: int
+
+
+class _FetchedTopic(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def partitions(self) -> Sequence[_FetchedPartition]: ...
+
+
+def _committed_offsets(
+    group_id: str, topics: Sequence[_FetchedTopic]
+) -> dict[TopicPartition, OffsetAndMetadata]:
+    """An OffsetFetch answer (either shape) as offsets; -1 means nothing committed there."""
+    offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+    for topic in topics:
+        for p in topic.partitions:
+            _raise_for_group(
+                p.error_code, group_id, f"fetching {topic.name}-{p.partition_index} of"
+            )
+            if p.committed_offset >= 0:
+                offsets[TopicPartition(topic.name, p.partition_index)] = OffsetAndMetadata(
+                    offset=p.committed_offset,
+                    metadata=p.metadata or "",
+                    leader_epoch=None
+                    if p.committed_leader_epoch == NO_LEADER_EPOCH
+                    else p.committed_leader_epoch,
+                )
+    return dict(sorted(offsets.items()))
+
+
+def _group_description(
+    group: m.DescribeGroupsResponse.DescribedGroup, coordinator: int
+) -> GroupDescription:
+    consumer = group.protocol_type == PROTOCOL_TYPE
+    return GroupDescription(
+        group_id=group.group_id,
+        state=GroupState.parse(group.group_state),
+        protocol_type=group.protocol_type,
+        protocol=group.protocol_data,
+        members=tuple(
+            MemberDescription(
+                member_id=member.member_id,
+                group_instance_id=member.group_instance_id,
+                client_id=member.client_id,
+                client_host=member.client_host,
+                assignment=tuple(decode_assignment(member.member_assignment).partitions)
+                if consumer
+                else None,
+            )
+            for member in group.members
+        ),
+        coordinator=coordinator,
+    )
+
+
+def _raise_for_group(error_code: int, group_id: str, doing: str) -> None:
+    """Raise `error_code` (unless NONE) as "<doing> group 'g': <what it means>"."""
+    if error_code != ErrorCode.NONE:
+        reason = GROUP_ERROR_REASONS.get(ErrorCode(error_code))
+        message = f"{doing} group {group_id!r}" + (f": {reason}" if reason else "")
+        raise error_for(error_code, message)
 
 
 def _retry_unless_controller(result: _Result) -> _Result:

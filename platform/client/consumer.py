@@ -20,9 +20,12 @@ by `PartitionFetch` (fetcher.py, no I/O). This module is the I/O around them:
 Every answer is applied only if the partition's `generation` is the one the request was sent
 at: a seek between the request and its answer wins.
 
-Consumer groups (`subscribe`, `group_id`, commits) come later: they add a source of assignment
-and a source of starting offsets (committed offsets before `auto_offset_reset`), both of which
-go through `Positions`.
+Consumer groups (group/, with a `group_id`): `subscribe()` hands the assignment to the group
+(`ConsumerGroup`, group/group.py), which changes it inside `getmany()` (that is where the
+rebalance listener's hooks run). A partition the group assigns starts at the group's committed
+offset (OffsetFetch, looked up by the driver before any `auto_offset_reset` lookup), unless the
+application seeks it first (in `on_partitions_assigned`, say). `commit()` / `committed()` go to
+the group's coordinator; with `assign()` they are "simple" commits outside any generation.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import asyncio
 import contextlib
 import enum
 import logging
+import re
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, Final, NamedTuple
 
@@ -39,6 +43,11 @@ from riverbed.client.fetcher import (
     ISOLATION_READ_COMMITTED,
     PartitionFetch,
 )
+from riverbed.client.group.group import ConsumerGroup
+from riverbed.client.group.listener import RebalanceListener
+from riverbed.client.group.member import NO_GENERATION, MemberState
+from riverbed.client.group.offsets import OffsetAndMetadata
+from riverbed.client.group.subscription import TopicSubscription
 from riverbed.client.lifecycle import AsyncClient
 from riverbed.client.pool import BrokerPool, backoff_ms
 from riverbed.client.positions import (
@@ -52,6 +61,7 @@ from riverbed.client.settings import ConsumerSettings
 from riverbed.client.types import Record, TopicPartition
 from riverbed.errors import (
     ClientClosedError,
+    GroupError,
     KafkaError,
     KafkaTimeoutError,
     OffsetOutOfRangeError,
@@ -99,13 +109,20 @@ class OffsetAndTimestamp(NamedTuple):
 
 
 class Consumer(AsyncClient):
-    """Reads records of assigned partitions; an async context manager.
+    """Reads records of assigned or subscribed partitions; an async context manager.
 
     Settings are keyword arguments named after Kafka's consumer settings with dots as
     underscores (`bootstrap_servers`, `auto_offset_reset`, `isolation_level`,
     `fetch_min_bytes`, `fetch_max_wait_ms`, `fetch_max_bytes`, `max_partition_fetch_bytes`,
     `max_poll_records`, `check_crcs`, `request_timeout_ms`, `retry_backoff_ms`, `client_id`,
-    ...); unknown names and bad values raise at construction.
+    ...; for groups `group_id`, `group_instance_id`, `session_timeout_ms`,
+    `heartbeat_interval_ms`, `max_poll_interval_ms`, `partition_assignment_strategy`,
+    `enable_auto_commit`, `auto_commit_interval_ms`, `default_api_timeout_ms`); unknown names
+    and bad values raise at construction.
+
+    With a `group_id`, `subscribe(topics)` (or `subscribe(pattern=...)`) joins the group at the
+    next `getmany()`, and `getmany()` keeps the membership going: call it at least every
+    `max_poll_interval_ms`, or the member leaves the group.
     """
 
     def __init__(self, **settings: object) -> None:
@@ -124,6 +141,12 @@ class Consumer(AsyncClient):
         self._node_backoff_until: dict[int, float] = {}
         self._node_failures: dict[int, int] = {}
         self._resetting: set[TopicPartition] = set()
+        # Partitions the group assigned whose start is their committed offset, not looked up yet.
+        self._committed_lookup: set[TopicPartition] = set()
+        self._committed_failures = 0
+        self._committed_retry_at = 0.0
+        self._group: ConsumerGroup | None = None
+        self._pending_subscription: tuple[TopicSubscription, RebalanceListener] | None = None
         self._wakeup = asyncio.Event()
         self._data_ready = asyncio.Event()
         self._next_partition = 0  # round-robin start of getmany
@@ -143,11 +166,25 @@ class Consumer(AsyncClient):
             raise
         self._state = ConsumerState.RUNNING
         self._driver = asyncio.get_running_loop().create_task(self._drive(), name="consumer")
+        if self.settings.group_id is not None:
+            self._group = ConsumerGroup(self.settings, self._pool, _GroupHost(self))
+            self._group.start()
+            if self._pending_subscription is not None:
+                self._group.subscribe(*self._pending_subscription)
+                self._pending_subscription = None
 
     async def close(self) -> None:
-        """Stop fetching and close every connection. Idempotent."""
+        """Leave the group (after the auto commit and the revocation hooks), stop fetching and
+        close every connection. Idempotent."""
         if self._state is ConsumerState.CLOSED:
             return
+        try:
+            if self._group is not None and self._state is ConsumerState.RUNNING:
+                await self._group.close()
+        finally:
+            await self._shut()
+
+    async def _shut(self) -> None:
         self._state = ConsumerState.CLOSED
         tasks = [*self._tasks, *([self._driver] if self._driver else [])]
         for task in tasks:
@@ -164,6 +201,32 @@ class Consumer(AsyncClient):
     def state(self) -> ConsumerState:
         """CREATED until started, RUNNING, then CLOSED."""
         return self._state
+
+    @property
+    def member_state(self) -> MemberState:
+        """The member's place in its group: UNJOINED (no subscription, not joined yet, or out
+        of the group after leaving or being removed), JOINING / SYNCING (a rebalance is in
+        progress), STABLE (it has its generation's assignment)."""
+        return MemberState.UNJOINED if self._group is None else self._group.state
+
+    @property
+    def member_id(self) -> str | None:
+        """The member id the coordinator gave this consumer; None outside a group."""
+        if self._group is None or not self._group.member.generation.member_id:
+            return None
+        return self._group.member.generation.member_id
+
+    @property
+    def generation_id(self) -> int:
+        """The group generation this consumer belongs to; -1 outside one."""
+        return NO_GENERATION if self._group is None else self._group.member.generation.generation_id
+
+    def subscription(self) -> frozenset[str]:
+        """The topics subscribed (for a pattern: those it matched at the last metadata check)."""
+        if self._group is None:
+            pending = self._pending_subscription
+            return frozenset() if pending is None else pending[0].topics
+        return self._group.subscription
 
     def partition_state(self, tp: TopicPartition) -> FetchState:
         """AWAITING_RESET (no position yet), FETCHING, or FAILED (see `getmany`)."""
@@ -182,13 +245,99 @@ class Consumer(AsyncClient):
     # -- assignment and positions -----------------------------------------------------------
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Read exactly these partitions from now on. Partitions already assigned keep their
-        position; new ones start at `auto_offset_reset` unless seeked."""
+        position; new ones start at `auto_offset_reset` unless seeked. Not while subscribed."""
+        if self._subscribed():
+            raise RuntimeError("assign() is not allowed while subscribed: unsubscribe() first")
         self._positions.assign(TopicPartition(tp[0], tp[1]) for tp in partitions)
         self._wake()
 
     def assignment(self) -> frozenset[TopicPartition]:
-        """The partitions this consumer reads (set by `assign`)."""
+        """The partitions this consumer reads (set by `assign`, or by its group)."""
         return self._positions.assignment()
+
+    # -- consumer groups ------------------------------------------------------------------
+    def subscribe(
+        self,
+        topics: Iterable[str] = (),
+        *,
+        pattern: str | re.Pattern[str] | None = None,
+        listener: RebalanceListener | None = None,
+    ) -> None:
+        """Read the partitions the group assigns this consumer among `topics`, or among the
+        topics whose whole name matches `pattern` (re-evaluated every `metadata_max_age_ms`).
+        The group is joined (or rejoined with the new subscription) at the next `getmany()`;
+        `listener`'s hooks run inside `getmany()` as the assignment changes."""
+        if self.settings.group_id is None:
+            raise GroupError(ErrorCode.INVALID_GROUP_ID, "subscribe() needs a group_id")
+        if not self._subscribed() and self._positions.assignment():
+            raise RuntimeError("subscribe() is not allowed after assign(): assign([]) first")
+        if isinstance(topics, str):
+            topics = [topics]
+        compiled = re.compile(pattern) if isinstance(pattern, str) else pattern
+        subscription = TopicSubscription(topics, compiled)
+        if self._group is None:
+            self._pending_subscription = (subscription, listener or RebalanceListener())
+        else:
+            self._group.subscribe(subscription, listener or RebalanceListener())
+
+    async def unsubscribe(self) -> None:
+        """Commit (auto commit), run the revocation hook and leave the group."""
+        self._pending_subscription = None
+        if self._group is not None and self._group.subscribed:
+            await self._group.unsubscribe()
+
+    async def commit(
+        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None
+    ) -> None:
+        """Commit `offsets` (the next offset to read, per partition) for the group; by default
+        the current position of every assigned partition. Raises GroupError when the commit
+        is refused: REBALANCE_IN_PROGRESS during a rebalance (retry after the next getmany()),
+        UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION when this consumer's partitions may belong to
+        another member now."""
+        group = self._require_group("commit()")
+        if offsets is None:
+            wanted = self._consumed_offsets()
+        else:
+            wanted = {
+                TopicPartition(tp[0], tp[1]): (
+                    value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
+                )
+                for tp, value in offsets.items()
+            }
+        await group.commit(wanted)
+
+    async def committed(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offset of each partition; None where nothing was committed."""
+        group = self._require_group("committed()")
+        return await group.committed(TopicPartition(tp[0], tp[1]) for tp in partitions)
+
+    def _subscribed(self) -> bool:
+        return self._pending_subscription is not None or (
+            self._group is not None and self._group.subscribed
+        )
+
+    def _require_group(self, what: str) -> ConsumerGroup:
+        if self.settings.group_id is None:
+            raise GroupError(ErrorCode.INVALID_GROUP_ID, f"{what} needs a group_id")
+        self._check_running()
+        if self._group is None:
+            raise ClientClosedError("the consumer is not started: use `async with Consumer(...)`")
+        return self._group
+
+    def _consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        return {
+            tp: OffsetAndMetadata(state.position)
+            for tp, state in self._positions.items()
+            if state.state is FetchState.FETCHING and state.position >= 0
+        }
+
+    def _assign_from_group(self, partitions: frozenset[TopicPartition]) -> None:
+        new = partitions - self._positions.assignment()
+        self._positions.assign(sorted(partitions))
+        self._committed_lookup = (self._committed_lookup & partitions) | new
+        self._wake()
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """Read `tp` from `offset` on; drops whatever was fetched from the old position."""
@@ -213,6 +362,8 @@ class Consumer(AsyncClient):
     async def position(self, tp: TopicPartition) -> int:
         """The offset of the next record `getmany` returns for `tp` (looked up if needed)."""
         state = self._positions.get(tp)
+        if state.state is FetchState.AWAITING_RESET and tp in self._committed_lookup:
+            await self._position_from_committed([tp])
         if state.state is FetchState.AWAITING_RESET:
             await self._reset_positions([tp])
         if state.error is not None:
@@ -247,17 +398,38 @@ class Consumer(AsyncClient):
         limit = self.settings.max_poll_records if max_records is None else max_records
         if limit <= 0:
             raise ValueError(f"max_records must be positive, got {limit}")
+        self._check_running()
+        group = self._group
+        if group is None:
+            return await self._getmany(limit, partitions, timeout_ms, None)
+        group.poll_started()
+        try:
+            return await self._getmany(limit, partitions, timeout_ms, group)
+        finally:
+            group.poll_ended()
+
+    async def _getmany(
+        self,
+        limit: int,
+        partitions: tuple[TopicPartition, ...],
+        timeout_ms: int,
+        group: ConsumerGroup | None,
+    ) -> dict[TopicPartition, list[Record]]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         while True:
             self._check_running()
+            self._data_ready.clear()  # before poll(): what it starts may answer while we wait
+            if group is not None:
+                await group.poll()
             records = self._take(limit, partitions)
             if records:
                 return records
             remaining_s = deadline - loop.time()
             if remaining_s <= 0:
                 return {}
-            self._data_ready.clear()
+            if group is not None:
+                remaining_s = min(remaining_s, group.until_next_poll_s())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._data_ready.wait(), remaining_s)
 
@@ -344,10 +516,15 @@ class Consumer(AsyncClient):
         cluster = pool.cluster
         by_node: dict[int, list[TopicPartition]] = {}
         to_reset: list[TopicPartition] = []
+        from_committed: list[TopicPartition] = []
         need_metadata: set[str] = set()
         for tp, state in self._positions.items():
             if state.state is FetchState.AWAITING_RESET:
-                if tp not in self._resetting:
+                if tp in self._resetting:
+                    continue
+                if tp in self._committed_lookup:
+                    from_committed.append(tp)
+                else:
                     to_reset.append(tp)
                 continue
             if not state.fetchable:
@@ -363,6 +540,12 @@ class Consumer(AsyncClient):
             self._resetting.update(to_reset)
             self._spawn(self._reset_in_background(to_reset))
         wait_s: float | None = None
+        if from_committed:
+            if self._committed_retry_at > now:
+                wait_s = self._committed_retry_at - now
+            else:
+                self._resetting.update(from_committed)
+                self._spawn(self._committed_in_background(from_committed))
         for node, tps in by_node.items():
             if node in self._fetching_nodes:
                 continue
@@ -539,6 +722,38 @@ class Consumer(AsyncClient):
         return False
 
     # -- offset lookups ---------------------------------------------------------------------
+    async def _committed_in_background(self, tps: list[TopicPartition]) -> None:
+        try:
+            await self._position_from_committed(tps)
+            self._committed_failures = 0
+        except (OSError, TimeoutError, KafkaError) as error:
+            self.last_error = error
+            self._committed_failures += 1
+            wait_ms = backoff_ms(
+                self._committed_failures,
+                self.settings.retry_backoff_ms,
+                self.settings.retry_backoff_max_ms,
+            )
+            self._committed_retry_at = asyncio.get_running_loop().time() + wait_ms / 1000
+        finally:
+            self._resetting.difference_update(tps)
+            self._wake()
+
+    async def _position_from_committed(self, tps: list[TopicPartition]) -> None:
+        """Start group-assigned partitions at their committed offsets; those without one are
+        left to auto_offset_reset."""
+        group = self._require_group("a committed offset lookup")
+        generations = {tp: self._positions.get(tp).generation for tp in tps}
+        committed = await group.committed(tps)
+        for tp in tps:
+            if tp not in generations or tp not in self._positions.assignment():
+                continue
+            self._committed_lookup.discard(tp)
+            offset = committed.get(tp)
+            state = self._positions.get(tp)
+            if offset is not None and state.state is FetchState.AWAITING_RESET:
+                self._positions.reset_done(tp, generations[tp], offset.offset)
+
     async def _reset_in_background(self, tps: list[TopicPartition]) -> None:
         try:
             await self._reset_positions(tps)
@@ -560,8 +775,8 @@ class Consumer(AsyncClient):
                     tp,
                     OffsetOutOfRangeError(
                         ErrorCode.OFFSET_OUT_OF_RANGE,
-                        f"{tp.topic}-{tp.partition} has no position and auto_offset_reset is "
-                        '"none": seek it first',
+                        f"{tp.topic}-{tp.partition} has no position (nor committed offset) and "
+                        'auto_offset_reset is "none": seek it first',
                     ),
                 )
                 self._data_ready.set()
@@ -675,3 +890,22 @@ class Consumer(AsyncClient):
         if retriable is not None:
             pool.cluster.mark_stale(str(retriable))
         return answers
+
+
+class _GroupHost:
+    """The consumer as its group sees it (group.GroupHost), without widening its public API."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self._consumer = consumer
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        return self._consumer.assignment()
+
+    def assign_from_group(self, partitions: frozenset[TopicPartition]) -> None:
+        self._consumer._assign_from_group(partitions)
+
+    def consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
+        return self._consumer._consumed_offsets()
+
+    def wake(self) -> None:
+        self._consumer._data_ready.set()

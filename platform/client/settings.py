@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
+from riverbed.client.group.assignors import ASSIGNORS, COOPERATIVE_STICKY, RANGE
 from riverbed.protocol.compression import CompressionType
 
 INT32_MAX: Final = 2**31 - 1
@@ -81,6 +82,22 @@ def _acks(name: str, value: object) -> int:
     return normalized[value]
 
 
+def _strategies(name: str, value: object) -> tuple[str, ...]:
+    """ "range,cooperative-sticky" or a list of assignor names -> a tuple of the names."""
+    if isinstance(value, str):
+        names = [entry.strip() for entry in value.split(",")]
+    elif isinstance(value, list | tuple) and all(isinstance(entry, str) for entry in value):
+        names = [entry.strip() for entry in value]
+    else:
+        raise ValueError(f'{name} must be "name[,name...]" or a list; got {value!r}')
+    known = ", ".join(ASSIGNORS)
+    if not names or any(entry not in ASSIGNORS for entry in names):
+        raise ValueError(f"{name} must name assignors among {known}; got {value!r}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{name} names an assignor twice: {value!r}")
+    return tuple(names)
+
+
 def _bootstrap(name: str, value: object) -> tuple[tuple[str, int], ...]:
     """ "host:port[,host:port...]" or a list of "host:port" -> ((host, port), ...)."""
     if isinstance(value, str):
@@ -134,7 +151,25 @@ SETTINGS: Final[dict[str, Setting]] = {
     "max_block_ms": Setting(60_000, _int_in(0), "how long send() may wait for buffer space"),
     "max_request_size": Setting(1_048_576, _int_in(1), "largest produce request and record"),
     # Consumer
-    "group_id": Setting(None, _optional_str, "reserved for consumer groups (later)"),
+    "group_id": Setting(None, _optional_str, "the consumer group: subscribe() and commits"),
+    "group_instance_id": Setting(
+        None, _optional_str, "static membership (KIP-345): the member keeps its place on restart"
+    ),
+    "session_timeout_ms": Setting(
+        45_000, _int_in(1), "a member without a heartbeat this long is removed from the group"
+    ),
+    "heartbeat_interval_ms": Setting(3_000, _int_in(1), "time between heartbeats"),
+    "max_poll_interval_ms": Setting(
+        300_000, _int_in(1), "a member not calling getmany() this long leaves the group"
+    ),
+    "partition_assignment_strategy": Setting(
+        (RANGE, COOPERATIVE_STICKY), _strategies, "assignors, in order of preference"
+    ),
+    "enable_auto_commit": Setting(True, _bool, "commit positions in the background"),
+    "auto_commit_interval_ms": Setting(5_000, _int_in(0), "time between automatic commits"),
+    "default_api_timeout_ms": Setting(
+        60_000, _int_in(0), "how long commit(), committed() and close() may take"
+    ),
     "isolation_level": Setting(
         "read_uncommitted",
         _choice("read_uncommitted", "read_committed"),
@@ -259,6 +294,14 @@ class ConsumerSettings(ClientSettings):
     CLIENT: ClassVar[str] = "Consumer"
 
     group_id: str | None
+    group_instance_id: str | None
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+    max_poll_interval_ms: int
+    partition_assignment_strategy: tuple[str, ...]
+    enable_auto_commit: bool
+    auto_commit_interval_ms: int
+    default_api_timeout_ms: int
     isolation_level: str
     auto_offset_reset: str
     fetch_min_bytes: int
@@ -272,6 +315,24 @@ class ConsumerSettings(ClientSettings):
     def isolation_level_code(self) -> int:
         """The wire value of isolation.level: 0 read_uncommitted, 1 read_committed."""
         return 1 if self.isolation_level == "read_committed" else 0
+
+    @classmethod
+    def _derive(cls, values: dict[str, Any], explicit: frozenset[str]) -> None:
+        if values["group_id"] is None:
+            # As the Java client: without a group, nothing can be committed automatically; the
+            # default gives way, an explicit enable_auto_commit=True is an error.
+            if values["enable_auto_commit"] and "enable_auto_commit" in explicit:
+                raise ValueError("enable_auto_commit=True needs a group_id")
+            values["enable_auto_commit"] = False
+            if values["group_instance_id"] is not None:
+                raise ValueError("group_instance_id needs a group_id")
+        elif not values["group_id"]:
+            raise ValueError("group_id must not be empty")
+        if values["heartbeat_interval_ms"] >= values["session_timeout_ms"]:
+            raise ValueError(
+                f"heartbeat_interval_ms ({values['heartbeat_interval_ms']}) must be lower than "
+                f"session_timeout_ms ({values['session_timeout_ms']})"
+            )
 
 
 def _unknown_message(client: str, name: str, names: tuple[str, ...]) -> str:

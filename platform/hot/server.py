@@ -217,6 +217,9 @@ async def write_chunks(writer: asyncio.StreamWriter, chunks: list[Chunk]) -> Non
                 # The region owns its fd (closed below); the file object only borrows it.
                 # loop.sendfile seeks the fd, which is harmless: the log appends with O_APPEND
                 # and reads with pread, never through the shared file offset.
+                if writer.transport.is_closing():
+                    # The client went away (loop.sendfile raises a bare RuntimeError for that).
+                    raise ConnectionResetError("the client closed the connection")
                 with os.fdopen(chunk.fd, "rb", buffering=0, closefd=False) as file:
                     await loop.sendfile(writer.transport, file, chunk.position, chunk.size)
             else:
