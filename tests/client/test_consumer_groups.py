@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -95,28 +94,6 @@ class Ledger:
 
     def event(self, member: str, kind: str, owned: Iterable[int]) -> None:
         self.events.setdefault(member, []).append((time.monotonic(), kind, frozenset(owned)))
-
-    def overlaps(self) -> list[str]:
-        """Times two members owned one partition at once (by their hooks' times; a member's
-        ownership ends when its revoke / lost hook runs, or when it stopped)."""
-        intervals: dict[int, list[tuple[float, float, str]]] = {}
-        for member, events in self.events.items():
-            since: dict[int, float] = {}
-            for t, kind, owned in events:
-                if kind == "assigned":
-                    since.update(dict.fromkeys(owned, t))
-                    continue
-                ended = set(since) if kind == "gone" else owned
-                for p in ended & set(since):
-                    intervals.setdefault(p, []).append((since.pop(p), t, member))
-            for p, start in since.items():
-                intervals.setdefault(p, []).append((start, float("inf"), member))
-        found = []
-        for p, spans in intervals.items():
-            for x, y in itertools.combinations(sorted(spans), 2):
-                if x[2] != y[2] and y[0] < x[1]:
-                    found.append(f"partition {p}: {x[2]} until {x[1]:.3f}, {y[2]} from {y[0]:.3f}")
-        return found
 
 
 class Recorder(RebalanceListener):
