@@ -172,7 +172,8 @@ class _BrokerChild:
         with contextlib.suppress(ProcessLookupError):  # it exited just now
             process.terminate()
         try:
-            exit_code = await asyncio.wait_for(process.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                exit_code = await process.wait()
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
@@ -309,7 +310,8 @@ class _Supervisor:
                     f"(logs: {self.data_dir}/broker-<id>.log)"
                 )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), READY_POLL_INTERVAL_S)
+                async with asyncio.timeout(READY_POLL_INTERVAL_S):
+                    await self._stop.wait()
         return False
 
     async def _all_registered(self) -> bool:

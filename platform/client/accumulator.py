@@ -289,7 +289,8 @@ class RecordAccumulator:
                 )
             space_freed = self._space_freed
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(space_freed.wait(), remaining_s)
+                async with asyncio.timeout(remaining_s):
+                    await space_freed.wait()
 
     def all_queues(self) -> Iterator[PartitionQueue]:
         for queues in self.queues.values():

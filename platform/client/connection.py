@@ -73,9 +73,8 @@ class BrokerConnection:
     async def open(
         cls, host: str, port: int, *, client_id: str = "riverbed", timeout_ms: int = 10_000
     ) -> BrokerConnection:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port), timeout_ms / 1000
-        )
+        async with asyncio.timeout(timeout_ms / 1000):
+            reader, writer = await asyncio.open_connection(host, port)
         connection = cls(reader, writer, client_id, (host, port))
         try:
             response = await connection._send(m.ApiVersionsRequest(), 0, timeout_ms)
@@ -167,7 +166,8 @@ class BrokerConnection:
             try:
                 self._writer.write(data)
                 await self._writer.drain()
-                return await asyncio.wait_for(future, timeout_ms / 1000)
+                async with asyncio.timeout(timeout_ms / 1000):
+                    return await future
             except TimeoutError:
                 self._shut(f"no response to {type(body).__name__} within {timeout_ms} ms")
                 raise

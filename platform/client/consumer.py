@@ -431,7 +431,8 @@ class Consumer(AsyncClient):
             if group is not None:
                 remaining_s = min(remaining_s, group.until_next_poll_s())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._data_ready.wait(), remaining_s)
+                async with asyncio.timeout(remaining_s):
+                    await self._data_ready.wait()
 
     def __aiter__(self) -> AsyncIterator[Record]:
         return self._iterate()
@@ -507,7 +508,8 @@ class Consumer(AsyncClient):
                 await self._wakeup.wait()
             else:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wakeup.wait(), wait_s)
+                    async with asyncio.timeout(wait_s):
+                        await self._wakeup.wait()
 
     def _start_work(self, pool: BrokerPool) -> float | None:
         """Start fetches, lookups and refreshes that are due; return how long until a backoff
@@ -695,11 +697,8 @@ class Consumer(AsyncClient):
         return retry
 
     def _current(self, tp: TopicPartition, generation: int) -> PartitionPosition | None:
-        try:
-            state = self._positions.get(tp)
-        except KeyError:
-            return None
-        return state if state.generation == generation else None
+        state = self._positions.find(tp)
+        return state if state is not None and state.generation == generation else None
 
     def _fetch_error(
         self,
@@ -743,16 +742,21 @@ class Consumer(AsyncClient):
         """Start group-assigned partitions at their committed offsets; those without one are
         left to auto_offset_reset."""
         group = self._require_group("a committed offset lookup")
-        generations = {tp: self._positions.get(tp).generation for tp in tps}
-        committed = await group.committed(tps)
-        for tp in tps:
-            if tp not in generations or tp not in self._positions.assignment():
+        # A lookup scheduled before a rebalance may run after it revoked some of `tps`.
+        generations = {
+            tp: state.generation for tp in tps if (state := self._positions.find(tp)) is not None
+        }
+        if not generations:
+            return
+        committed = await group.committed(list(generations))
+        for tp, generation in generations.items():
+            state = self._positions.find(tp)
+            if state is None:
                 continue
             self._committed_lookup.discard(tp)
             offset = committed.get(tp)
-            state = self._positions.get(tp)
             if offset is not None and state.state is FetchState.AWAITING_RESET:
-                self._positions.reset_done(tp, generations[tp], offset.offset)
+                self._positions.reset_done(tp, generation, offset.offset)
 
     async def _reset_in_background(self, tps: list[TopicPartition]) -> None:
         try:
@@ -767,8 +771,8 @@ class Consumer(AsyncClient):
         """Look up the offsets of partitions awaiting a reset, by their reset timestamps."""
         lookups: dict[TopicPartition, tuple[int, int]] = {}  # tp -> (timestamp, generation)
         for tp in tps:
-            state = self._positions.get(tp)
-            if state.state is not FetchState.AWAITING_RESET:
+            state = self._positions.find(tp)  # None: revoked since the lookup was scheduled
+            if state is None or state.state is not FetchState.AWAITING_RESET:
                 continue
             if state.reset_timestamp is None:
                 self._positions.fail_without_policy(

@@ -145,6 +145,10 @@ class Positions:
     def items(self) -> list[tuple[TopicPartition, PartitionPosition]]:
         return list(self._partitions.items())
 
+    def find(self, tp: TopicPartition) -> PartitionPosition | None:
+        """The partition's position, None if it is not (or no longer) assigned."""
+        return self._partitions.get(tp)
+
     def get(self, tp: TopicPartition) -> PartitionPosition:
         state = self._partitions.get(tp)
         if state is None:

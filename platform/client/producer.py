@@ -261,7 +261,8 @@ class Producer(AsyncClient):
             if remaining_s <= 0:
                 raise self._no_partitions_error(topic, last_error)
             try:
-                await asyncio.wait_for(self._pool.refresh({topic}), remaining_s)
+                async with asyncio.timeout(remaining_s):
+                    await self._pool.refresh({topic})
             except (OSError, TimeoutError, RetriableError) as error:
                 last_error = error
             count = self._cluster.partition_count(topic)

@@ -320,9 +320,8 @@ class Sender:
                 # Connecting (ApiVersions included) may not outlast the batches' delivery time.
                 loop = asyncio.get_running_loop()
                 remaining_s = min(b.deadline for b in batches) - loop.time()
-                connection = await asyncio.wait_for(
-                    self._pool.connection_for(node_id), max(remaining_s, 0)
-                )
+                async with asyncio.timeout(max(remaining_s, 0)):
+                    connection = await self._pool.connection_for(node_id)
                 response = await connection.request(request, timeout_ms=settings.request_timeout_ms)
             except (OSError, TimeoutError, KafkaError) as error:
                 self._pool.cluster.mark_stale(f"produce to broker {node_id} failed: {error}")

@@ -158,7 +158,8 @@ class ClusterMetadataStore:
 
         handle = await self.zk.watch_data(path, on_change)
         try:
-            await asyncio.wait_for(gone.wait(), timeout_ms / 1000)
+            async with asyncio.timeout(timeout_ms / 1000):
+                await gone.wait()
         except TimeoutError:
             pass  # the caller re-checks and reports
         finally:

@@ -173,7 +173,8 @@ class MetadataCache:
 
         self.add_listener(check)
         try:
-            await asyncio.wait_for(reached, timeout_ms / 1000)
+            async with asyncio.timeout(timeout_ms / 1000):
+                await reached
         finally:
             self.remove_listener(check)
 

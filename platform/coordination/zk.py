@@ -230,7 +230,8 @@ class AsyncZooKeeper:
         self._client.add_listener(self._on_kazoo_state)
         self._client.start_async()
         try:
-            await asyncio.wait_for(self._connected.wait(), self.connect_timeout_ms / 1000)
+            async with asyncio.timeout(self.connect_timeout_ms / 1000):
+                await self._connected.wait()
         except TimeoutError:
             await self.stop()
             raise ZkConnectionError(
@@ -270,7 +271,8 @@ class AsyncZooKeeper:
         self._state_listeners.remove(callback)
 
     async def wait_connected(self, timeout_ms: int) -> None:
-        await asyncio.wait_for(self._connected.wait(), timeout_ms / 1000)
+        async with asyncio.timeout(timeout_ms / 1000):
+            await self._connected.wait()
 
     # ---- data calls -------------------------------------------------------------------------
 

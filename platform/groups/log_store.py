@@ -133,7 +133,8 @@ async def append(
         )
     result = partition.append_as_leader(records, headers, now_ms)
     try:
-        await asyncio.wait_for(partition.committed(result.last_offset + 1), timeout_ms / 1000)
+        async with asyncio.timeout(timeout_ms / 1000):
+            await partition.committed(result.last_offset + 1)
     except TimeoutError:
         raise KafkaError(
             ErrorCode.REQUEST_TIMED_OUT,

@@ -46,9 +46,8 @@ async def request_controlled_shutdown(
         raise ValueError(f"attempts_max must be >= 1, got {attempts_max}")
     for attempt in range(1, attempts_max + 1):
         try:
-            remaining = await asyncio.wait_for(
-                _attempt(cache, broker_id, local_controller, timeout_ms), timeout_ms / 1000
-            )
+            async with asyncio.timeout(timeout_ms / 1000):
+                remaining = await _attempt(cache, broker_id, local_controller, timeout_ms)
         # ConnectionError (refused, closed) is an OSError; a garbled answer is worth a retry too.
         except (KafkaError, OSError, TimeoutError, ProtocolDecodeError) as error:
             log.info("controlled shutdown attempt %d/%d failed: %s", attempt, attempts_max, error)

@@ -121,7 +121,8 @@ class LeaderFetcher:
                 wait_s = min((f.retry_at_s for f in self._followed.values()), default=None)
                 timeout_s = None if wait_s is None else max(wait_s - loop.time(), 0.0)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), timeout_s)
+                    async with asyncio.timeout(timeout_s):
+                        await self._changed.wait()
                 continue
             try:
                 connection = await self._connect()

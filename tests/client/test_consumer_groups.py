@@ -1,9 +1,8 @@
 """Riverbed's Consumer in consumer groups, against a real broker.
 
-Members run in this test's event loop, so `assignment()` snapshots of all of them are taken at
-one instant. Every member commits after processing. (The join/leave/kill scenario with Riverbed
-members is covered, with a confluent-kafka member in the group, by
-tests/groups/test_interop_groups.py.)
+Members run in this test's event loop (so `assignment()` snapshots of all of them are taken at
+one instant) or, to be SIGKILLed, in a process of their own (consumer_groups_member.py), which
+reports what it owns and processes on a pipe. Every member commits after processing.
 
 Sessions are short (the broker accepts 500 ms and up here) so that a killed member is noticed in
 about a second and a half.
@@ -13,10 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import json
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,6 +30,7 @@ from riverbed.client.group.member import MemberState
 from riverbed.client.producer import Producer
 from riverbed.client.types import TopicPartition
 from riverbed.errors import GroupError, KafkaTimeoutError, OffsetOutOfRangeError
+from riverbed.protocol.errors import ErrorCode
 
 from tests.support.broker import BrokerFactory, BrokerProcess
 
@@ -48,6 +52,7 @@ FAST_MEMBER: dict[str, Any] = {
     "fetch_max_wait_ms": 100,
 }
 WAIT_TIMEOUT_S = 30.0
+MEMBER_SCRIPT = Path(__file__).with_name("consumer_groups_member.py")
 
 
 @pytest.fixture
@@ -94,6 +99,28 @@ class Ledger:
 
     def event(self, member: str, kind: str, owned: Iterable[int]) -> None:
         self.events.setdefault(member, []).append((time.monotonic(), kind, frozenset(owned)))
+
+    def overlaps(self) -> list[str]:
+        """Times two members owned one partition at once (by their hooks' times; a member's
+        ownership ends when its revoke / lost hook runs, or when it stopped)."""
+        intervals: dict[int, list[tuple[float, float, str]]] = {}
+        for member, events in self.events.items():
+            since: dict[int, float] = {}
+            for t, kind, owned in events:
+                if kind == "assigned":
+                    since.update(dict.fromkeys(owned, t))
+                    continue
+                ended = set(since) if kind == "gone" else owned
+                for p in ended & set(since):
+                    intervals.setdefault(p, []).append((since.pop(p), t, member))
+            for p, start in since.items():
+                intervals.setdefault(p, []).append((start, float("inf"), member))
+        found = []
+        for p, spans in intervals.items():
+            for x, y in itertools.combinations(sorted(spans), 2):
+                if x[2] != y[2] and y[0] < x[1]:
+                    found.append(f"partition {p}: {x[2]} until {x[1]:.3f}, {y[2]} from {y[0]:.3f}")
+        return found
 
 
 class Recorder(RebalanceListener):
@@ -179,6 +206,56 @@ class Member:
         self.ledger.event(self.name, "gone", ())
 
 
+class ProcessMember:
+    """A member in a process of its own (consumer_groups_member.py), to be SIGKILLed."""
+
+    def __init__(self, name: str, ledger: Ledger) -> None:
+        self.name = name
+        self.ledger = ledger
+        self._owned: frozenset[int] = frozenset()
+        self._process: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+
+    async def start(
+        self, broker: BrokerProcess, group: str, topic: str, log: Path, **settings: Any
+    ) -> ProcessMember:
+        with log.open("wb") as stderr:
+            self._process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                str(MEMBER_SCRIPT),
+                broker.bootstrap,
+                group,
+                topic,
+                json.dumps({**FAST_MEMBER, "client_id": self.name, **settings}),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=stderr,
+            )
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+        return self
+
+    def owned(self) -> frozenset[int]:
+        return self._owned
+
+    async def _read(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        async for line in self._process.stdout:
+            event = json.loads(line)
+            if event["e"] == "processed":
+                self.ledger.process(event["p"], event["o"])
+                continue
+            owned = frozenset(event["p"])
+            self._owned = owned if event["e"] == "assigned" else self._owned - owned
+            self.ledger.events.setdefault(self.name, []).append((event["t"], event["e"], owned))
+
+    async def kill(self) -> None:
+        assert self._process is not None and self._reader is not None
+        self._process.kill()
+        await self._process.wait()
+        await self._reader  # everything it reported before dying
+        self.ledger.event(self.name, "gone", ())
+        self._owned = frozenset()
+
+
 class Production:
     """One record to every partition every PERIOD_S until stopped; remembers each offset."""
 
@@ -217,6 +294,62 @@ class Production:
                 await asyncio.sleep(self.PERIOD_S)
 
 
+class OwnershipWatcher:
+    """Takes snapshots of every in-process member's `assignment()`, all at one instant of the
+    event loop, every 5 ms, and notes any partition two members hold at once."""
+
+    def __init__(self) -> None:
+        self.members: list[Member] = []
+        self.snapshots = 0
+        self.overlaps: list[str] = []
+        self._task = asyncio.get_running_loop().create_task(self._watch())
+
+    async def add(self, member: Member) -> Member:
+        await member.start()
+        self.members.append(member)
+        return member
+
+    async def stop(self, member: Member) -> None:
+        await member.stop()
+        self.members.remove(member)
+
+    async def close(self) -> None:
+        """Stop watching, then stop the members still running."""
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        for member in list(self.members):
+            await self.stop(member)
+
+    async def _watch(self) -> None:
+        while True:
+            seen: dict[TopicPartition, str] = {}
+            for member in self.members:
+                for tp in member.consumer.assignment():
+                    if tp in seen:
+                        self.overlaps.append(f"{tp} held by {seen[tp]} and {member.name}")
+                    seen[tp] = member.name
+            self.snapshots += 1
+            await asyncio.sleep(0.005)
+
+
+async def wait_drained(ledger: Ledger, production: Production) -> None:
+    """Until every record produced so far was processed by some member."""
+    await wait_until(
+        lambda: all(
+            set(offsets) <= set(ledger.processed.get(p, []))
+            for p, offsets in production.offsets.items()
+        ),
+        "every produced record processed",
+    )
+
+
+def assert_processed_at_least_once(ledger: Ledger, production: Production) -> None:
+    for partition, produced in production.offsets.items():
+        missing = sorted(set(produced) - set(ledger.processed.get(partition, [])))
+        assert not missing, f"partition {partition}: never processed {missing[:20]}"
+
+
 def stable_split(members: list[Any], total: int) -> Callable[[], bool]:
     """Each member owns total / len(members) partitions, none twice."""
 
@@ -226,6 +359,93 @@ def stable_split(members: list[Any], total: int) -> Callable[[], bool]:
         return len(union) == total and all(len(o) == total // len(members) for o in owned)
 
     return check
+
+
+# -- the issue's scenario -----------------------------------------------------------------------
+async def test_members_joining_leaving_and_killed_share_partitions_and_lose_no_record(
+    group_broker: BrokerProcess, tmp_path: Path
+) -> None:
+    topic = await create_topic(group_broker, 6)
+    group = unique("g")
+    ledger = Ledger()
+    watcher = OwnershipWatcher()
+    try:
+        async with Production(group_broker, topic, 6) as production:
+            a = await watcher.add(Member("a", group_broker, group, topic, ledger))
+            await wait_until(stable_split([a], 6), "a owns every partition")
+
+            killed = await ProcessMember("k", ledger).start(
+                group_broker, group, topic, tmp_path / "member-k.log"
+            )
+            await wait_until(stable_split([a, killed], 6), "a and k own 3 each")
+
+            b = await watcher.add(Member("b", group_broker, group, topic, ledger))
+            await wait_until(stable_split([a, b, killed], 6), "a, b and k own 2 each")
+
+            await killed.kill()
+            await wait_until(stable_split([a, b], 6), "a and b took over k's partitions")
+
+            await watcher.stop(b)  # graceful: LeaveGroup
+            await wait_until(stable_split([a], 6), "a took over b's partitions")
+
+            c = await watcher.add(Member("c", group_broker, group, topic, ledger))
+            await wait_until(stable_split([a, c], 6), "a and c own 3 each")
+
+            await production.stop()
+            await wait_drained(ledger, production)
+        assert_processed_at_least_once(ledger, production)
+        assert sum(len(o) for o in production.offsets.values()) > 300  # produced throughout
+        assert not watcher.overlaps, watcher.overlaps[:5]
+        assert watcher.snapshots > 100
+        assert not ledger.overlaps(), ledger.overlaps()[:5]
+        assert {a.consumer.member_state, c.consumer.member_state} == {MemberState.STABLE}
+        assert a.consumer.generation_id == c.consumer.generation_id > 0
+        assert a.consumer.member_id != c.consumer.member_id
+    finally:
+        await watcher.close()
+
+
+# -- cooperative rebalancing ------------------------------------------------------------------
+async def test_cooperative_sticky_keeps_consuming_partitions_that_stay_during_a_rebalance(
+    group_broker: BrokerProcess,
+) -> None:
+    topic = await create_topic(group_broker, 6)
+    group = unique("g")
+    ledger = Ledger()
+    cooperative = {"partition_assignment_strategy": "cooperative-sticky"}
+    async with Production(group_broker, topic, 6) as production:
+        a = await Member("a", group_broker, group, topic, ledger, **cooperative).start()
+        await wait_until(stable_split([a], 6), "a owns every partition")
+        slow = await Member("slow", group_broker, group, topic, ledger, **cooperative).start()
+        await wait_until(stable_split([a, slow], 6), "a and slow own 3 each")
+        # `slow` now polls every 2 s: each rebalance waits that long for it to rejoin.
+        slow.pause_s = 2.0
+        await asyncio.sleep(0.3)
+        before, calls_before, batches_before = a.owned(), len(a.listener.calls), len(a.batches)
+        c = await Member("c", group_broker, group, topic, ledger, **cooperative).start()
+        await wait_until(stable_split([a, slow, c], 6), "a, slow and c own 2 each")
+        kept = before & a.owned()
+        calls_after = len(a.listener.calls)  # closing revokes the rest: not part of the rebalance
+        await production.stop()
+        slow.pause_s = 0.0
+        await wait_drained(ledger, production)
+        for member in (a, slow, c):
+            await member.stop()
+    assert len(kept) == 2
+    revoked = frozenset().union(
+        *(owned for kind, owned in a.listener.calls[calls_before:calls_after] if kind == "revoked")
+    )
+    assert revoked == before - kept  # only the partition that moved was revoked
+    during_rebalance = frozenset().union(
+        *(
+            returned
+            for state, returned in a.batches[batches_before:]
+            if state in (MemberState.JOINING, MemberState.SYNCING)
+        )
+    )
+    assert kept <= during_rebalance, (kept, during_rebalance)
+    assert not ledger.overlaps(), ledger.overlaps()[:5]
+    assert_processed_at_least_once(ledger, production)
 
 
 # -- listener --------------------------------------------------------------------------------
@@ -367,6 +587,49 @@ async def test_a_partition_starts_at_its_committed_offset_or_fails_with_reset_no
 
 
 # -- the poll interval and the session ---------------------------------------------------------
+async def test_a_member_not_polling_for_max_poll_interval_leaves_and_others_take_over(
+    group_broker: BrokerProcess,
+) -> None:
+    topic = await create_topic(group_broker, 6)
+    group = unique("g")
+    ledger = Ledger()
+    settings = {"max_poll_interval_ms": 1_000, "session_timeout_ms": 6_000}
+    watcher = OwnershipWatcher()
+    try:
+        a = await watcher.add(Member("a", group_broker, group, topic, ledger, **settings))
+        b = await watcher.add(Member("b", group_broker, group, topic, ledger, **settings))
+        async with Production(group_broker, topic, 6) as production:
+            await wait_until(stable_split([a, b], 6), "a and b own 3 each")
+            a_owned = a.owned()
+            a.stall_once_s = 4.0
+            stalled_at = time.monotonic()
+            await wait_until(stable_split([b], 6), "b took over a's partitions")
+            # Well before a's session could have expired: a left because it stopped polling,
+            # and its partitions left its assignment then (the hook runs at its next poll).
+            assert time.monotonic() - stalled_at < 6.0
+            assert a.consumer.member_state is MemberState.UNJOINED
+            assert a.consumer.assignment() == frozenset()
+            assert a.consumer.member_id is None
+            with pytest.raises(GroupError) as refused:
+                await a.consumer.commit({TopicPartition(topic, 0): 0})
+            assert refused.value.code == ErrorCode.UNKNOWN_MEMBER_ID
+            # Back from its stall, a announces the loss and rejoins.
+            await wait_until(stable_split([a, b], 6), "a rejoined")
+            await production.stop()
+            await wait_drained(ledger, production)
+    finally:
+        await watcher.close()
+    assert ("lost", a_owned) in a.listener.calls
+    assert not watcher.overlaps, watcher.overlaps[:5]
+    assert watcher.snapshots > 100
+    # Eager members hand out no record between giving their partitions up and the new ones.
+    for member in (a, b):
+        assert all(
+            not returned for state, returned in member.batches if state is not MemberState.STABLE
+        )
+    assert_processed_at_least_once(ledger, production)
+
+
 async def test_slow_processing_keeps_the_member_while_heartbeats_run(
     group_broker: BrokerProcess,
 ) -> None:

@@ -63,11 +63,14 @@ class CoordinatorLink:
         """Send `request` to the coordinator (looked up first if needed). A lost connection or
         a timeout marks the coordinator unknown and is raised (OSError / TimeoutError)."""
         connection = await self.connection()
+        logger.debug("group %s: %r", self._group_id, request)
         try:
-            return await connection.call(request, response_type, timeout_ms=timeout_ms)
+            response = await connection.call(request, response_type, timeout_ms=timeout_ms)
         except (OSError, TimeoutError) as error:
             self._drop(connection, f"{type(request).__name__} failed: {error!r}")
             raise
+        logger.debug("group %s: %r", self._group_id, response)
+        return response
 
     async def connection(self) -> BrokerConnection:
         """The open connection to the coordinator, looking it up (shared, with retries)."""

@@ -391,7 +391,8 @@ class ConsumerGroup:
                 wait_s = min(wait_s, max(0.0, poll_left_s) + 0.001)
             if wait_s > 0:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._member_changed.wait(), wait_s)
+                    async with asyncio.timeout(wait_s):
+                        await self._member_changed.wait()
                 continue
             self._timers.sent(now)
             await self._send_heartbeat()

@@ -57,7 +57,8 @@ class BrokerContext:
             waiter: asyncio.Future[None] = loop.create_future()
             self._applied_waiters.add(waiter)
             try:
-                await asyncio.wait_for(waiter, remaining_s)
+                async with asyncio.timeout(remaining_s):
+                    await waiter
             except TimeoutError:
                 return predicate()
             finally:

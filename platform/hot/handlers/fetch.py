@@ -173,7 +173,8 @@ async def _wait_for_data(
             waiters.park(future)
             parked.append(waiters)
     try:
-        await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            await asyncio.shield(future)
     except TimeoutError:
         pass
     finally:
