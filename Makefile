@@ -54,8 +54,10 @@ $(STAMPS)/runtime-deps: pyproject.toml | $(PY)
 	{ $(PY) -m tools.deps runtime; $(PY) -m tools.deps build; } | xargs $(PY) -m pip install -q
 	@touch $@
 
+# With the runtime dependencies in the same resolution, so a test tool (moto pulls boto3) cannot
+# upgrade a library past what a runtime dependency allows (aiobotocore pins botocore).
 $(STAMPS)/test-deps: pyproject.toml $(STAMPS)/runtime-deps | $(PY)
-	$(PY) -m tools.deps test | xargs $(PY) -m pip install -q
+	{ $(PY) -m tools.deps runtime; $(PY) -m tools.deps test; } | xargs $(PY) -m pip install -q
 	@touch $@
 
 # A regular (non-editable) install: the wheel's generated riverbed/__init__.py (see setup.py) is

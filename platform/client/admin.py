@@ -737,12 +737,15 @@ class Admin(AsyncClient):
                 wait_ms = backoff_ms(
                     failures, self.settings.retry_backoff_ms, self.settings.retry_backoff_max_ms
                 )
-                if loop.time() + wait_ms / 1000 >= deadline:
+                remaining_s = deadline - loop.time()
+                if remaining_s <= 0:
                     raise KafkaTimeoutError(
                         f"{what} did not succeed within request_timeout_ms="
                         f"{self.settings.request_timeout_ms} (last error: {error})"
                     ) from error
-                await asyncio.sleep(wait_ms / 1000)
+                # The last wait is cut short so the final attempt comes at the deadline, not a
+                # whole backoff before it.
+                await asyncio.sleep(min(wait_ms / 1000, remaining_s))
             else:
                 self._answered = True
                 return result

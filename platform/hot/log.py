@@ -109,6 +109,31 @@ class ReadResult:
     first_batch_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class SealedBatches:
+    """Whole batches of one sealed segment, for tiering: offsets [base_offset, last_offset]
+    (`last_offset` is one below the next segment's base, so consecutive uploads leave no gap) at
+    bytes [position, position + size_bytes) of `fd`, a duplicate the caller closes. Sealed
+    segments are never written again, so a worker thread may read them while the log goes on."""
+
+    base_offset: int
+    last_offset: int
+    fd: int
+    position: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentStats:
+    """What local retention looks at: one segment's offsets, size and newest timestamp."""
+
+    base_offset: int
+    next_offset: int  # the next segment's base offset (the LEO for the active one)
+    size_bytes: int
+    max_timestamp_ms: int
+    sealed: bool
+
+
 class OffsetOutOfOrderError(ValueError):
     """A follower's batches do not continue the log: offsets below the log end offset, or not
     strictly increasing. Nothing was written."""
@@ -605,6 +630,71 @@ class PartitionLog:
             segment.read_batch(position, header), lambda r: r.timestamp_ms == timestamp_ms
         )
         return None if record is None else TimestampAndOffset(record.offset, timestamp_ms)
+
+    # -- tiering -------------------------------------------------------------------------------
+
+    def sealed_batches_from(self, offset: int, below_offset: int) -> SealedBatches | None:
+        """The batches at `offset` and after of the first sealed segment holding any, provided
+        every offset of that segment lies below `below_offset` (the high watermark: only
+        committed data is tiered). None when there is no such segment yet."""
+        self._check_usable()
+        for slot in range(self._segment_slot(offset), len(self._segments) - 1):
+            segment = self._segments[slot]
+            next_base = self._segments[slot + 1].base_offset
+            if next_base <= offset:
+                continue
+            if next_base > below_offset:
+                return None
+            found = segment.find_batch(offset)
+            if found is None:
+                continue  # nothing at or after `offset` in this segment (a cut tail)
+            position, header = found
+            return SealedBatches(
+                header.base_offset,
+                next_base - 1,
+                os.dup(segment.fd),
+                position,
+                segment.size - position,
+            )
+        return None
+
+    def segment_stats(self) -> list[SegmentStats]:
+        stats = []
+        for slot, segment in enumerate(self._segments):
+            sealed = slot + 1 < len(self._segments)
+            stats.append(
+                SegmentStats(
+                    segment.base_offset,
+                    self._segments[slot + 1].base_offset if sealed else self.log_end_offset,
+                    segment.size,
+                    segment.max_timestamp[0],
+                    sealed,
+                )
+            )
+        return stats
+
+    def delete_segments_below(self, offset: int) -> int:
+        """Delete the sealed segments all of whose offsets are below `offset` (they are in the
+        remote tier); the local log start moves to the first segment kept. The active segment
+        is never deleted. Returns the bytes freed. Leader epochs are kept: they still describe
+        the remote part of the log."""
+        self._check_usable()
+        doomed = []
+        while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
+            doomed.append(self._segments.pop(0))
+        if not doomed:
+            return 0
+        freed = sum(segment.size for segment in doomed)
+        for segment in doomed:
+            segment.delete()
+        fsync_dir(self._directory)
+        log.info(
+            "%s: deleted %d tiered segments, local log start %d",
+            self,
+            len(doomed),
+            self.log_start_offset,
+        )
+        return freed
 
     # -- truncation and lifecycle --------------------------------------------------------------
 
