@@ -1,0 +1,111 @@
+"""PartitionLog's hooks for tiering, on real files: which sealed batches are uploadable, segment
+stats for local retention, and deleting what the remote tier holds."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from riverbed.hot.log import PartitionLog, SealedBatches
+from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.protocol.records import decode_batch, iter_batch_headers
+
+from tests.hot.test_log import append, batch, fill, open_log, read_records
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Iterator[PartitionLog]:
+    partition_log = open_log(tmp_path / "orders-0")
+    yield partition_log
+    partition_log.close()
+
+
+def read_sealed(found: SealedBatches) -> bytes:
+    try:
+        return os.pread(found.fd, found.size_bytes, found.position)
+    finally:
+        os.close(found.fd)
+
+
+def test_sealed_batches_walk_the_sealed_segments_without_gap_up_to_the_high_watermark(
+    log: PartitionLog,
+) -> None:
+    values = fill(log, 200)
+    log.update_high_watermark(log.log_end_offset)
+    stats = log.segment_stats()
+    assert [s.sealed for s in stats] == [True] * (len(stats) - 1) + [False]
+    offset, values_seen = 0, []
+    while (found := log.sealed_batches_from(offset, log.high_watermark)) is not None:
+        assert found.base_offset == offset  # each upload starts where the last ended
+        data = read_sealed(found)
+        headers = [h for _, h in iter_batch_headers(data)]
+        assert sum(h.size_bytes for h in headers) == len(data)  # whole batches
+        assert headers[-1].last_offset <= found.last_offset
+        for position, _ in iter_batch_headers(data):
+            values_seen += [r.value for r in decode_batch(data, position)[1]]
+        offset = found.last_offset + 1
+    # everything but the active segment was handed out, in order
+    assert offset == stats[-1].base_offset
+    assert values_seen == values[:offset]
+
+
+def test_segments_reaching_the_high_watermark_are_not_uploadable(log: PartitionLog) -> None:
+    fill(log, 200)
+    second = log.segment_stats()[1]
+    log.update_high_watermark(second.next_offset - 1)  # the second segment is not all committed
+    found = log.sealed_batches_from(0, log.high_watermark)
+    assert found is not None and found.last_offset + 1 == second.base_offset
+    os.close(found.fd)
+    assert log.sealed_batches_from(second.base_offset, log.high_watermark) is None
+
+
+def test_an_upload_may_start_inside_a_segment_at_a_batch_boundary(log: PartitionLog) -> None:
+    fill(log, 200)
+    log.update_high_watermark(log.log_end_offset)
+    first = log.segment_stats()[0]
+    data = read_sealed(log.sealed_batches_from(0, log.high_watermark))  # type: ignore[arg-type]
+    boundary = [h.base_offset for _, h in iter_batch_headers(data)][2]
+    found = log.sealed_batches_from(boundary, log.high_watermark)
+    assert found is not None
+    assert (found.base_offset, found.last_offset + 1) == (boundary, first.next_offset)
+    assert read_sealed(found) == data[len(data) - found.size_bytes :]
+
+
+def test_deleting_below_an_offset_removes_whole_sealed_segments_only(log: PartitionLog) -> None:
+    values = fill(log, 200)
+    log.update_high_watermark(log.log_end_offset)
+    stats = log.segment_stats()
+    files_before = len(list(log.directory.glob("*.log")))
+    # Mid-way into the third segment: only the first two are wholly below it.
+    freed = log.delete_segments_below(stats[2].base_offset + 1)
+    assert freed == stats[0].size_bytes + stats[1].size_bytes
+    assert log.log_start_offset == stats[2].base_offset
+    assert len(list(log.directory.glob("*.log"))) == files_before - 2
+    with pytest.raises(KafkaError) as gone:
+        log.read(0, 1000, log.high_watermark)
+    assert gone.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+    start = log.log_start_offset
+    kept = read_records(log, start, 100_000, log.high_watermark)
+    assert kept and [r.value for r in kept] == values[start : start + len(kept)]
+    # The active segment stays whatever the offset.
+    log.delete_segments_below(log.log_end_offset + 10)
+    assert len(log.segment_stats()) == 1 and log.log_start_offset == stats[-1].base_offset
+    append(log, batch([b"after"]))
+    assert read_records(log, log.log_end_offset - 1, 1000, log.log_end_offset)[0].value == b"after"
+
+
+def test_deletion_survives_a_reopen(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    fill(log, 100)
+    log.update_high_watermark(log.log_end_offset)
+    start = log.segment_stats()[1].base_offset
+    log.delete_segments_below(start)
+    end = log.log_end_offset
+    log.close()
+    reopened = open_log(tmp_path / "t-0")
+    try:
+        assert (reopened.log_start_offset, reopened.log_end_offset) == (start, end)
+    finally:
+        reopened.close()
