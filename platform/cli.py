@@ -94,6 +94,11 @@ def _parser() -> argparse.ArgumentParser:
     broker.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]", help="zookeeper.connect")
     broker.add_argument("--config", metavar="FILE", help="a .properties file with the same keys")
     broker.add_argument(
+        "--object-store",
+        metavar="URL",
+        help="remote.storage.url: the cold tier, file:///path or s3://bucket/prefix",
+    )
+    broker.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="any broker setting"
     )
     broker.set_defaults(command=_run_broker)
@@ -203,6 +208,8 @@ def broker_config_from_args(args: argparse.Namespace) -> BrokerConfig:
         settings["log.dirs"] = args.data_dir
     if args.zookeeper:
         settings["zookeeper.connect"] = args.zookeeper
+    if args.object_store:
+        settings["remote.storage.url"] = args.object_store
     return BrokerConfig.from_mapping(settings)
 
 

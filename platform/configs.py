@@ -280,6 +280,14 @@ BROKER_ONLY_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
     ConfigDef("group.initial.rebalance.delay.ms", _T.INT, 3000, "how long a new group waits for "
               "more members before its first rebalance", at_least(0)),
     ConfigDef("group.max.size", _T.INT, INT_MAX, "most members a group may have", at_least(1)),
+    ConfigDef("remote.storage.url", _T.STRING, None, "object store of the cold tier: "
+              "file:///path or s3://bucket/prefix (tiering is off when unset)",
+              Validator(lambda v: v is None or (isinstance(v, str) and "://" in v),
+                        "file:///path or s3://bucket[/prefix]")),
+    ConfigDef("remote.log.manager.task.interval.ms", _T.LONG, 30000, "how often each partition "
+              "led here is tiered (uploads, local retention)", at_least(1)),
+    ConfigDef("remote.fetch.cache.bytes", _T.LONG, 1073741824, "on-disk cache of object chunks "
+              "read for cold fetches", at_least(8 * 1024 * 1024)),
 )  # fmt: skip
 
 _BROKER_SYNONYMS: Final = {d.broker_synonym: d for d in TOPIC_CONFIG_DEFS if d.broker_synonym}
@@ -418,6 +426,9 @@ class BrokerConfig:
     group_max_session_timeout_ms: int
     group_initial_rebalance_delay_ms: int
     group_max_size: int
+    remote_storage_url: str | None
+    remote_log_manager_task_interval_ms: int
+    remote_fetch_cache_bytes: int
     # Broker-level defaults of topic configs (see TOPIC_CONFIG_DEFS' broker_synonym).
     log_cleanup_policy: tuple[str, ...]
     compression_type: str

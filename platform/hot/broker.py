@@ -15,7 +15,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from riverbed.configs import BrokerConfig, effective_topic_config, topic_config
+from riverbed.configs import BrokerConfig, TopicConfig, effective_topic_config, topic_config
 from riverbed.coordination.controller import Controller
 from riverbed.coordination.controller_election import ControllerElection
 from riverbed.coordination.layout import NO_LEADER, BrokerRegistration
@@ -139,6 +139,12 @@ class Broker:
             Dispatcher(self._ctx),
             ServerLimits(socket_request_max_bytes=config.socket_request_max_bytes),
         )
+        if config.remote_storage_url is not None:
+            # Imported here: pyarrow and aiobotocore load only on brokers that tier.
+            from riverbed.tiering.service import TieredStorage
+
+            tiering = TieredStorage(config, data_dir, partitions, self._topic_config, wall_clock_ms)
+            self._ctx.tiering = tiering
         self._cache.add_listener(self._on_metadata_change)
         # Stopped after the server (the exit stack unwinds in reverse): no follower task or
         # ISR write outlives the logs.
@@ -157,6 +163,9 @@ class Broker:
         await isr_manager.start()
         await self._server.start()
         stack.push_async_callback(self._server.stop)
+        if self._ctx.tiering is not None:
+            await self._ctx.tiering.start()
+            stack.push_async_callback(self._ctx.tiering.stop)
         for loop, name in ((self._checkpoint_loop, "checkpoints"), (self._flush_loop, "flush")):
             task = asyncio.create_task(loop(), name=name)
             stack.push_async_callback(_cancel, task)
@@ -200,6 +209,10 @@ class Broker:
         metadata = self._cache.topic(topic)
         overrides = {} if metadata is None else metadata.configs
         return topic_config(self.config, overrides).unclean_leader_election_enable
+
+    def _topic_config(self, topic: str) -> TopicConfig | None:
+        metadata = self._cache.topic(topic)
+        return None if metadata is None else topic_config(self.config, metadata.configs)
 
     def _log_config(self, overrides: Mapping[str, str]) -> LogConfig:
         effective = effective_topic_config(self.config, overrides)

@@ -707,11 +707,7 @@ class PartitionLog:
             return
         self._wait_for_syncs()
         if offset < self.log_start_offset:
-            for segment in self._segments:
-                segment.delete()
-            self._segments = [
-                LogSegment.create(self._directory, offset, self.config.index_interval_bytes)
-            ]
+            self._replace_with_empty_segment(offset)
         else:
             while self._active.base_offset > offset:
                 self._segments.pop().delete()
@@ -727,6 +723,28 @@ class PartitionLog:
         if self._active.size == 0:
             self._active.roll_base_ms = None
         log.info("%s: truncated to offset %d", self, end_offset)
+
+    def restart_at(self, offset: int) -> None:
+        """Drop every segment and start empty at `offset`, even above the log end: a follower
+        whose log ends below the leader's local log start (the rest is in the remote tier)
+        continues from there. Leader epochs are dropped with the data they described."""
+        self._check_usable()
+        self._wait_for_syncs()
+        self._replace_with_empty_segment(offset)
+        fsync_dir(self._directory)
+        self.leader_epochs.truncate_from_end(0)
+        self._high_watermark = offset
+        self._hw_position = None
+        with self._recovery_point_lock:
+            self._recovery_point = offset
+        log.info("%s: restarted empty at offset %d", self, offset)
+
+    def _replace_with_empty_segment(self, offset: int) -> None:
+        for segment in self._segments:
+            segment.delete()
+        self._segments = [
+            LogSegment.create(self._directory, offset, self.config.index_interval_bytes)
+        ]
 
     def close(self) -> None:
         """Flush and close; the recovery point is then the LEO, for the owner to checkpoint."""

@@ -299,6 +299,13 @@ class Partition:
             self.log.directory, self.log.log_end_offset, self.log.batch_headers
         )
 
+    def restart_at(self, offset: int) -> None:
+        """Start over, empty, at the leader's local log start (our log ends below it and the
+        offsets in between are only in the remote tier). Producer state starts empty too:
+        Kafka restores it from a remote snapshot, which Riverbed does not upload yet."""
+        self.log.restart_at(offset)
+        self.producer_state = ProducerStateManager()
+
     # -- shared --------------------------------------------------------------------------------
 
     def _after_append(self, result: AppendResult) -> None:

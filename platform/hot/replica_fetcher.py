@@ -346,6 +346,17 @@ class LeaderFetcher:
         if error == ErrorCode.OFFSET_OUT_OF_RANGE:
             # Our log end is past the leader's (an unclean election): find where we diverge.
             followed.truncated = False
+        elif (
+            error == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE
+            and data.log_start_offset > partition.log.log_end_offset
+        ):
+            log.info(
+                "%s: offsets up to %d are only in the remote tier; restarting the log there",
+                partition,
+                data.log_start_offset,
+            )
+            partition.restart_at(data.log_start_offset)
+            return
         else:
             log.info("%s: leader %d answered %s", partition, self.leader_id, error.name)
         self._back_off(followed, error)

@@ -109,3 +109,22 @@ def test_deletion_survives_a_reopen(tmp_path: Path) -> None:
         assert (reopened.log_start_offset, reopened.log_end_offset) == (start, end)
     finally:
         reopened.close()
+
+
+def test_a_follower_restarts_empty_above_its_log_end_and_appends_from_there(
+    tmp_path: Path,
+) -> None:
+    log = open_log(tmp_path / "t-0")
+    fill(log, 20)
+    log.update_high_watermark(log.log_end_offset)
+    log.restart_at(5_000)
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (5_000,) * 3
+    assert log.leader_epochs.entries() == ()
+    append(log, batch([b"next"]))
+    assert [r.offset for r in read_records(log, 5_000, 1000, log.log_end_offset)] == [5_000]
+    log.close()
+    reopened = open_log(tmp_path / "t-0")
+    try:
+        assert (reopened.log_start_offset, reopened.log_end_offset) == (5_000, 5_001)
+    finally:
+        reopened.close()

@@ -16,16 +16,18 @@ from riverbed.tiering.manifest import (
 )
 
 
-def segment(base: int, last: int, state: SegmentState = SegmentState.COPY_STARTED) -> RemoteSegment:
+def segment(
+    base: int, last: int, state: SegmentState = SegmentState.COPY_STARTED, epoch: int = 3
+) -> RemoteSegment:
     return RemoteSegment(
-        key=segment_key("t", 0, base, last, f"tag{base}"),
+        key=segment_key("t", 0, base, last, f"tag{base}-{epoch}"),
         base_offset=base,
         last_offset=last,
         size_bytes=1000,
         records=last - base + 1,
         min_timestamp_ms=base,
         max_timestamp_ms=last,
-        leader_epoch=3,
+        leader_epoch=epoch,
         state=state,
     )
 

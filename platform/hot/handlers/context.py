@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from riverbed.configs import BrokerConfig
 from riverbed.coordination.controller import Controller
@@ -16,6 +17,9 @@ from riverbed.groups.coordinator import GroupCoordinator
 from riverbed.hot.isr import IsrManager
 from riverbed.hot.partitions import Partition, PartitionManager
 from riverbed.protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from riverbed.tiering.service import TieredStorage
 
 
 def wall_clock_ms() -> int:
@@ -36,6 +40,7 @@ class BrokerContext:
     groups: GroupCoordinator
     controller: Controller | None = None  # ours; active only while this broker is controller
     now_ms: Callable[[], int] = field(default=wall_clock_ms)
+    tiering: TieredStorage | None = None  # when remote.storage.url is set
     # Futures of handlers waiting for a metadata change to be applied locally (see wait_until).
     _applied_waiters: set[asyncio.Future[None]] = field(default_factory=set)
 
@@ -64,6 +69,12 @@ class BrokerContext:
             finally:
                 self._applied_waiters.discard(waiter)
         return True
+
+    def log_start_offset(self, partition: Partition) -> int:
+        """Where the partition's log starts for clients: below the local log once tiered."""
+        if self.tiering is not None and self.tiering.enabled_for(partition.topic):
+            return self.tiering.log_start_offset(partition)
+        return partition.log.log_start_offset
 
     def topic_applied(self, name: str) -> bool:
         """True once this broker serves every partition of `name` that ZooKeeper says it leads."""

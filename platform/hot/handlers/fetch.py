@@ -17,6 +17,7 @@ to keep sending full fetch requests — what Kafka does when its session cache i
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from dataclasses import dataclass
 
@@ -25,6 +26,8 @@ from riverbed.hot.handlers.context import BrokerContext
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.regions import FileRegion
+
+log = logging.getLogger(__name__)
 
 TopicResponse = m.FetchResponse.FetchableTopicResponse
 PartitionData = m.FetchResponse.PartitionData
@@ -44,6 +47,17 @@ class _PartitionRead:
     topic_id: uuid.UUID
     data: PartitionData
     region: FileRegion | None = None
+    # A consumer's offset below the local log start, to be read from the remote tier, and the
+    # bytes it may take; the batches rebuilt from it.
+    remote_offset: int | None = None
+    remote_max_bytes: int = 0
+    remote_batches: bytes | None = None
+
+    @property
+    def size_bytes(self) -> int:
+        if self.region is not None:
+            return self.region.size
+        return len(self.remote_batches or b"")
 
 
 async def handle_fetch(
@@ -57,7 +71,8 @@ async def handle_fetch(
     replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
     while True:
         reads = _read_all(ctx, request, version, replica_id)
-        size_bytes = sum(r.region.size for r in reads if r.region is not None)
+        await _read_remote(ctx, reads)
+        size_bytes = sum(r.size_bytes for r in reads)
         has_error = any(r.data.error_code != ErrorCode.NONE for r in reads)
         remaining_s = deadline - loop.time()
         if size_bytes >= request.min_bytes or has_error or remaining_s <= 0 or not reads:
@@ -98,7 +113,8 @@ def _read_all(
                     first_non_empty=not anything_read,
                 )
             except KafkaError as error:
-                data.error_code = error.code
+                if not _goes_remote(ctx, read, wanted, error, budget_bytes, replica_id, reads):
+                    data.error_code = error.code
                 continue
             if read.region is not None:
                 budget_bytes -= read.region.size
@@ -131,6 +147,16 @@ def _read_partition(
     if replica_id >= 0:
         # Checked against the log's range before it counts as the follower's position.
         start, end = partition_log.log_start_offset, partition_log.log_end_offset
+        if wanted.fetch_offset < start and ctx.tiering is not None:
+            # Kafka's answer when the rest is in the remote tier. The follower restarts its log
+            # at our local log start, which (unlike Kafka) log_start_offset carries here: the
+            # follower is the only reader of this answer.
+            data.log_start_offset = start
+            raise KafkaError(
+                ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE,
+                f"{partition}: follower offset {wanted.fetch_offset} is below the local log "
+                f"start {start}",
+            )
         if not start <= wanted.fetch_offset <= end:
             raise KafkaError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
@@ -144,7 +170,7 @@ def _read_partition(
         max_offset = partition_log.high_watermark
     data.high_watermark = partition_log.high_watermark
     data.last_stable_offset = partition_log.high_watermark
-    data.log_start_offset = partition_log.log_start_offset
+    data.log_start_offset = ctx.log_start_offset(partition)
     max_bytes = min(wanted.partition_max_bytes, budget_bytes)
     if max_bytes <= 0 and not first_non_empty:
         return None
@@ -157,6 +183,62 @@ def _read_partition(
         region.close()
         return None
     return region
+
+
+def _goes_remote(
+    ctx: BrokerContext,
+    read: _PartitionRead,
+    wanted: m.FetchRequest.FetchPartition,
+    error: KafkaError,
+    budget_bytes: int,
+    replica_id: int,
+    reads: list[_PartitionRead],
+) -> bool:
+    """Whether a consumer's out-of-range offset lies in the remote tier: then the partition is
+    read from there (the first such partition of a request only, as Kafka does, so one slow
+    object read delays no more than one partition; the others come in the next fetch)."""
+    if (
+        error.code != ErrorCode.OFFSET_OUT_OF_RANGE
+        or replica_id >= 0
+        or ctx.tiering is None
+        or any(r.remote_offset is not None for r in reads)
+    ):
+        return False
+    partition = ctx.partitions.get(read.topic, wanted.partition)
+    if partition is None or not ctx.tiering.enabled_for(read.topic):
+        return False
+    start = ctx.log_start_offset(partition)
+    if not start <= wanted.fetch_offset < partition.log.log_start_offset:
+        return False
+    read.remote_offset = wanted.fetch_offset
+    read.remote_max_bytes = max(min(wanted.partition_max_bytes, budget_bytes), 0)
+    read.data.high_watermark = partition.log.high_watermark
+    read.data.last_stable_offset = partition.log.high_watermark
+    read.data.log_start_offset = start
+    return True
+
+
+async def _read_remote(ctx: BrokerContext, reads: list[_PartitionRead]) -> None:
+    for read in reads:
+        if read.remote_offset is None or read.remote_batches is not None:
+            continue
+        partition = ctx.partitions.get(read.topic, read.data.partition_index)
+        if ctx.tiering is None or partition is None:
+            read.data.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            continue
+        try:
+            batches = await ctx.tiering.read(partition, read.remote_offset, read.remote_max_bytes)
+        except KafkaError as error:
+            read.data.error_code = error.code
+            continue
+        except Exception as error:  # the store failed after its retries: the consumer retries
+            log.warning("%s: cold read at %d failed: %s", partition, read.remote_offset, error)
+            read.data.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+            continue
+        if batches is None:
+            read.data.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
+        else:
+            read.remote_batches = batches
 
 
 async def _wait_for_data(
@@ -186,7 +268,10 @@ def _response(reads: list[_PartitionRead], version: int) -> m.FetchResponse:
     topics: list[TopicResponse] = []
     by_topic: dict[tuple[str, uuid.UUID], TopicResponse] = {}
     for read in reads:
-        read.data.records = read.region if read.region is not None else b""
+        if read.region is not None:
+            read.data.records = read.region
+        else:
+            read.data.records = read.remote_batches or b""
         key = (read.topic, read.topic_id)
         topic = by_topic.get(key)
         if topic is None:

@@ -43,7 +43,7 @@ def _list_partition(
         # Both isolation levels see the high watermark: there are no open transactions yet.
         response.offset = partition_log.high_watermark
     elif wanted.timestamp == EARLIEST_TIMESTAMP:
-        response.offset = partition_log.log_start_offset
+        response.offset = ctx.log_start_offset(partition)
     elif wanted.timestamp == MAX_TIMESTAMP:
         found = partition_log.max_timestamp_offset()
         if found is not None:

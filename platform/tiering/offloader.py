@@ -1,0 +1,353 @@
+"""The broker's tiering task: upload sealed segments of the partitions it leads, then free the
+local disk they no longer need.
+
+For each partition led here with `remote.storage.enable=true`, every round:
+1. On a new leader epoch, read the latest manifest and clean up copies left unfinished by an
+   earlier leader or a crash (COPY_STARTED -> DELETE_STARTED -> object deleted -> dropped), so
+   the partition's remote log has no half-written segment and the next upload starts where the
+   last finished one ended.
+2. Upload: the batches of the oldest sealed segment from the manifest's end offset on, when all
+   of that segment is below the high watermark (committed: identical on every replica), become
+   one Parquet object: COPY_STARTED is committed first (so a crash leaves a record of the
+   object to delete), then the object is written, then COPY_FINISHED.
+3. Local retention: sealed segments wholly uploaded (below the manifest's finished end) and
+   beyond `local.retention.ms` / `local.retention.bytes` are deleted locally. Nothing that is
+   not uploaded is ever deleted, so an unreachable store only makes the local backlog grow.
+
+Every manifest write is fenced by the leader epoch (remote_metadata.py): a deposed leader's
+late write is refused and it stops tiering that partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import mmap
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from riverbed.configs import TopicConfig
+from riverbed.hot.log import PartitionLog, SealedBatches
+from riverbed.hot.partitions import Partition, PartitionManager
+from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.tiering.manifest import (
+    Manifest,
+    ManifestError,
+    RemoteSegment,
+    SegmentState,
+    segment_key,
+)
+from riverbed.tiering.parquet_codec import SegmentSummary, segment_to_parquet
+from riverbed.tiering.remote_metadata import RemoteMetadata
+from riverbed.tiering.store import ObjectStore, ObjectStoreError
+
+log = logging.getLogger(__name__)
+
+# Segments uploaded per partition per round, so one partition's backlog cannot starve others.
+UPLOADS_PER_ROUND_MAX = 4
+# After a failed round a partition waits, doubling, up to the max (store down: few retries).
+RETRY_BACKOFF_MS = 1_000
+RETRY_BACKOFF_MAX_MS = 30_000
+# Kafka's -2 for local.retention.*: "the same as retention.*"; -1: unlimited.
+FROM_TOTAL_RETENTION = -2
+UNLIMITED = -1
+
+
+@dataclass(frozen=True, slots=True)
+class TieringSettings:
+    task_interval_ms: int  # remote.log.manager.task.interval.ms
+    work_dir: Path  # where Parquet files are built before upload
+
+
+@dataclass
+class _PartitionState:
+    metadata: RemoteMetadata
+    leader_epoch: int
+    manifest: Manifest | None = None  # None until loaded and cleaned at this epoch
+    failures: int = 0
+    retry_at_s: float = 0.0
+    fenced: bool = False
+
+
+@dataclass
+class TieringStatus:
+    """What operators and tests look at: per partition, the local bytes waiting for upload."""
+
+    backlog_bytes: dict[tuple[str, int], int] = field(default_factory=dict)
+    uploaded_segments: int = 0
+    upload_failures: int = 0
+    last_error: str | None = None
+
+
+class Offloader:
+    """Owned by the broker: `start()` runs the loop as a task, `stop()` cancels and awaits it."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        partitions: PartitionManager,
+        topic_config: Callable[[str], TopicConfig | None],
+        executor: Executor,
+        settings: TieringSettings,
+        now_ms: Callable[[], int],
+    ) -> None:
+        self._store = store
+        self._partitions = partitions
+        self._topic_config = topic_config
+        self._executor = executor
+        self._settings = settings
+        self._now_ms = now_ms
+        self._states: dict[tuple[str, int], _PartitionState] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.status = TieringStatus()
+
+    def start(self) -> None:
+        self._settings.work_dir.mkdir(parents=True, exist_ok=True)
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="tiering")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def manifest_of(self, topic: str, partition: int) -> Manifest | None:
+        """The manifest as of this broker's last round (None if it does not lead the partition
+        or has not loaded it yet)."""
+        state = self._states.get((topic, partition))
+        return None if state is None else state.manifest
+
+    async def _run(self) -> None:
+        while True:
+            await self.run_once()
+            await asyncio.sleep(self._settings.task_interval_ms / 1000)
+
+    async def run_once(self) -> None:
+        """One round over every partition this broker leads."""
+        led = set()
+        for partition in list(self._partitions):
+            config = self._topic_config(partition.topic)
+            if not partition.is_leader or config is None or not config.remote_storage_enable:
+                continue
+            key = (partition.topic, partition.index)
+            led.add(key)
+            state = self._states.get(key)
+            if state is None or state.leader_epoch != partition.leader_epoch:
+                state = _PartitionState(
+                    RemoteMetadata(self._store, partition.topic, partition.index),
+                    partition.leader_epoch,
+                )
+                self._states[key] = state
+            if state.fenced or time.monotonic() < state.retry_at_s:
+                continue
+            try:
+                await self._tier(partition, config, state)
+                state.failures = 0
+            except (ObjectStoreError, KafkaError, ManifestError, OSError) as error:
+                self._failed(partition, state, error)
+        for key in set(self._states) - led:
+            del self._states[key]
+
+    def _failed(self, partition: Partition, state: _PartitionState, error: Exception) -> None:
+        self.status.upload_failures += 1
+        self.status.last_error = f"{partition}: {error}"
+        if isinstance(error, KafkaError) and error.code == ErrorCode.FENCED_LEADER_EPOCH:
+            state.fenced = True  # a newer leader tiers it now; our epoch will change soon
+            log.warning("%s: tiering fenced: %s", partition, error)
+            return
+        state.failures += 1
+        state.manifest = None  # re-read: a commit may have landed before the failure
+        backoff_ms = min(RETRY_BACKOFF_MS * 2 ** (state.failures - 1), RETRY_BACKOFF_MAX_MS)
+        state.retry_at_s = time.monotonic() + backoff_ms / 1000
+        log.warning(
+            "%s: tiering failed (%d in a row, retry in %d ms; local backlog %d bytes): %s",
+            partition,
+            state.failures,
+            backoff_ms,
+            self.status.backlog_bytes.get((partition.topic, partition.index), 0),
+            error,
+        )
+
+    async def _tier(
+        self, partition: Partition, config: TopicConfig, state: _PartitionState
+    ) -> None:
+        if state.manifest is None:
+            state.manifest = await self._clean_unfinished(state)
+        for _ in range(UPLOADS_PER_ROUND_MAX):
+            if not partition.is_leader or partition.leader_epoch != state.leader_epoch:
+                return
+            log_ = partition.log
+            batches = log_.sealed_batches_from(state.manifest.end_offset, log_.high_watermark)
+            if batches is None:
+                break
+            try:
+                state.manifest = await self._upload(partition, state, batches)
+            finally:
+                os.close(batches.fd)
+        self._update_backlog(partition, state.manifest)
+        state.manifest = await self._apply_total_retention(partition, config, state)
+        self._apply_local_retention(partition.log, config, state.manifest)
+
+    async def _clean_unfinished(self, state: _PartitionState) -> Manifest:
+        manifest = await state.metadata.latest()
+        unfinished = [s.key for s in manifest.segments if s.state is not SegmentState.COPY_FINISHED]
+        if not unfinished:
+            return manifest
+        manifest = await state.metadata.commit(
+            state.leader_epoch,
+            lambda m: m.with_state(unfinished, SegmentState.DELETE_STARTED),
+        )
+        for key in unfinished:
+            await self._store.delete(key)
+        log.info("%s: removed %d unfinished remote segments", state.metadata.topic, len(unfinished))
+        return await state.metadata.commit(state.leader_epoch, lambda m: m.without(unfinished))
+
+    async def _upload(
+        self, partition: Partition, state: _PartitionState, batches: SealedBatches
+    ) -> Manifest:
+        loop = asyncio.get_running_loop()
+        with tempfile.TemporaryDirectory(dir=self._settings.work_dir) as work:
+            path = Path(work) / "segment.parquet"
+            summary = await loop.run_in_executor(
+                self._executor, _convert, batches, partition.topic, partition.index, path
+            )
+            if summary.base_offset != batches.base_offset:
+                raise KafkaError(
+                    ErrorCode.CORRUPT_MESSAGE,
+                    f"{partition}: segment data starts at {summary.base_offset}, "
+                    f"expected {batches.base_offset}",
+                )
+            key = segment_key(
+                partition.topic,
+                partition.index,
+                batches.base_offset,
+                batches.last_offset,
+                uuid.uuid4().hex,
+            )
+            segment = RemoteSegment(
+                key=key,
+                base_offset=batches.base_offset,
+                last_offset=batches.last_offset,
+                size_bytes=path.stat().st_size,
+                records=summary.records,
+                min_timestamp_ms=summary.min_timestamp_ms,
+                max_timestamp_ms=summary.max_timestamp_ms,
+                leader_epoch=state.leader_epoch,
+                state=SegmentState.COPY_STARTED,
+            )
+            await state.metadata.commit(state.leader_epoch, lambda m: m.with_copy_started(segment))
+            await self._store.put_file(key, path)
+        manifest = await state.metadata.commit(
+            state.leader_epoch, lambda m: m.with_state([key], SegmentState.COPY_FINISHED)
+        )
+        self.status.uploaded_segments += 1
+        log.info(
+            "%s: tiered offsets %d..%d (%d records, %d bytes) as %s",
+            partition,
+            segment.base_offset,
+            segment.last_offset,
+            segment.records,
+            segment.size_bytes,
+            key,
+        )
+        return manifest
+
+    def _update_backlog(self, partition: Partition, manifest: Manifest) -> None:
+        end = manifest.finished_end_offset
+        waiting = sum(
+            s.size_bytes for s in partition.log.segment_stats() if s.sealed and s.next_offset > end
+        )
+        self.status.backlog_bytes[(partition.topic, partition.index)] = waiting
+
+    async def _apply_total_retention(
+        self, partition: Partition, config: TopicConfig, state: _PartitionState
+    ) -> Manifest:
+        """`retention.ms` / `retention.bytes` over the whole log: the oldest remote segments
+        past them go, the log start first (readers stop asking for them), then the objects,
+        then the manifest entries; local segments below the new log start go too."""
+        manifest = state.manifest
+        assert manifest is not None
+        finished = manifest.finished()
+        local_start = partition.log.log_start_offset
+        total_bytes = partition.log.size_bytes + sum(
+            s.size_bytes for s in finished if s.next_offset <= local_start
+        )
+        now_ms = self._now_ms()
+        doomed = []
+        for segment in finished:
+            too_old = (
+                config.retention_ms != UNLIMITED
+                and now_ms - segment.max_timestamp_ms > config.retention_ms
+            )
+            too_big = (
+                config.retention_bytes != UNLIMITED
+                and total_bytes - segment.size_bytes >= config.retention_bytes
+            )
+            if not (too_old or too_big) or segment.next_offset > partition.log.high_watermark:
+                break
+            doomed.append(segment)
+            if segment.next_offset <= local_start:
+                total_bytes -= segment.size_bytes
+        if not doomed:
+            return manifest
+        start = doomed[-1].next_offset
+        keys = [s.key for s in doomed]
+        manifest = await state.metadata.commit(
+            state.leader_epoch,
+            lambda m: m.with_log_start_offset(start).with_state(keys, SegmentState.DELETE_STARTED),
+        )
+        for key in keys:
+            await self._store.delete(key)
+        manifest = await state.metadata.commit(state.leader_epoch, lambda m: m.without(keys))
+        partition.log.delete_segments_below(start)
+        log.info(
+            "%s: retention deleted %d remote segments, log start %d", partition, len(keys), start
+        )
+        return manifest
+
+    def _apply_local_retention(
+        self, partition_log: PartitionLog, config: TopicConfig, manifest: Manifest
+    ) -> None:
+        """Delete local segments that are uploaded and past local retention."""
+        retention_ms = _local_limit(config.local_retention_ms, config.retention_ms)
+        retention_bytes = _local_limit(config.local_retention_bytes, config.retention_bytes)
+        uploaded_end = manifest.finished_end_offset
+        stats = partition_log.segment_stats()
+        kept_bytes = sum(s.size_bytes for s in stats)
+        now_ms = self._now_ms()
+        delete_below = partition_log.log_start_offset
+        for segment in stats:
+            if not segment.sealed or segment.next_offset > uploaded_end:
+                break
+            too_old = retention_ms != UNLIMITED and now_ms - segment.max_timestamp_ms > retention_ms
+            # Kafka's rule: delete only while what stays still reaches the limit.
+            too_big = (
+                retention_bytes != UNLIMITED and kept_bytes - segment.size_bytes >= retention_bytes
+            )
+            if not (too_old or too_big):
+                break
+            kept_bytes -= segment.size_bytes
+            delete_below = segment.next_offset
+        partition_log.delete_segments_below(delete_below)
+
+
+def _local_limit(local: int, total: int) -> int:
+    return total if local == FROM_TOTAL_RETENTION else local
+
+
+def _convert(batches: SealedBatches, topic: str, partition: int, path: Path) -> SegmentSummary:
+    """In a worker thread: map the segment's bytes (no copy) and write the Parquet file."""
+    with mmap.mmap(batches.fd, 0, access=mmap.ACCESS_READ) as mapped:
+        view = memoryview(mapped)[batches.position : batches.position + batches.size_bytes]
+        try:
+            return segment_to_parquet(view, topic, partition, path)
+        finally:
+            view.release()
