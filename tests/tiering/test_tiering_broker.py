@@ -65,6 +65,7 @@ def tiered_broker(broker_factory: BrokerFactory, tmp_path: Path) -> tuple[Broker
             "remote.storage.url": f"file://{store}",
             "remote.log.manager.task.interval.ms": "200",
             "offsets.topic.replication.factor": "1",
+            "zookeeper.session.timeout.ms": "6000",  # a killed broker re-registers sooner
         }
     )
     return broker, store
@@ -153,3 +154,85 @@ def consume_with_confluent(bootstrap: str, topic: str) -> list[tuple[int, bytes,
         return out
     finally:
         consumer.close()
+
+
+def assert_contiguous_from_zero(store: Path, topic: str) -> list[dict[str, Any]]:
+    manifest = latest_manifest(store, topic)
+    assert manifest is not None
+    assert all(s["state"] == "COPY_FINISHED" for s in manifest["segments"]), manifest
+    done = finished(manifest)
+    assert done and done[0]["base_offset"] == 0
+    for before, after in itertools.pairwise(done):
+        assert after["base_offset"] == before["last_offset"] + 1  # no gap, no overlap
+    referenced = {s["key"] for s in done}
+    on_disk = {p.relative_to(store).as_posix() for p in store.rglob("*.parquet")}
+    assert on_disk == referenced  # no orphaned object left behind
+    return done
+
+
+async def read_all_from_zero(broker: BrokerProcess, topic: str, count: int) -> list[int]:
+    offsets: list[int] = []
+    async with Consumer(bootstrap_servers=broker.bootstrap) as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        await consumer.seek_to_beginning()
+        while len(offsets) < count:
+            batches = await consumer.getmany(timeout_ms=2000)
+            assert batches, f"stalled after {len(offsets)} records"
+            for records in batches.values():
+                offsets += [r.offset for r in records]
+    return offsets
+
+
+async def test_an_unreachable_store_keeps_the_backlog_locally_and_uploads_resume(
+    tiered_broker: tuple[BrokerProcess, Path],
+) -> None:
+    broker, store = tiered_broker
+    topic = f"tiered-{uuid.uuid4().hex[:8]}"
+    # The store's root replaced by a plain file: every write fails (ENOTDIR), as root too.
+    store.mkdir(parents=True, exist_ok=True)
+    hidden = store.with_name("cold-away")
+    store.rename(hidden)
+    store.write_bytes(b"not a directory")
+    async with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        await admin.create_topic(topic, partitions=1, replication_factor=1, configs=TIERED_TOPIC)
+    await produce_all(broker, topic)  # produce is unaffected
+    await asyncio.sleep(1.0)  # several tiering rounds fail
+    segments = broker.segment_files(topic, 0)
+    assert int(segments[0].stem) == 0 and len(segments) > 5  # nothing deleted locally
+    assert await read_all_from_zero(broker, topic, RECORDS) == list(range(RECORDS))
+    assert "tiering failed" in broker.log_path.read_text()
+
+    store.unlink()
+    hidden.rename(store)
+    await wait_until(
+        lambda: int(broker.segment_files(topic, 0)[0].stem) > RECORDS // 2,
+        "uploads resumed and local segments were deleted",
+    )
+    assert_contiguous_from_zero(store, topic)
+    assert await read_all_from_zero(broker, topic, RECORDS) == list(range(RECORDS))
+
+
+async def test_a_broker_killed_while_tiering_redoes_unfinished_copies_without_gap_or_overlap(
+    tiered_broker: tuple[BrokerProcess, Path],
+) -> None:
+    broker, store = tiered_broker
+    topic = f"tiered-{uuid.uuid4().hex[:8]}"
+    async with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        await admin.create_topic(topic, partitions=1, replication_factor=1, configs=TIERED_TOPIC)
+    await produce_all(broker, topic)
+    # Killed as soon as tiering has started (some copies may be half done).
+    await wait_until(lambda: latest_manifest(store, topic) is not None, "tiering started")
+    broker.kill()
+    broker.restart()
+    await wait_until(
+        lambda: int(broker.segment_files(topic, 0)[0].stem) > RECORDS // 2,
+        "tiering finished after the restart",
+    )
+    await wait_until(
+        lambda: all(
+            s["state"] == "COPY_FINISHED" for s in (latest_manifest(store, topic) or {})["segments"]
+        ),
+        "no unfinished copy left",
+    )
+    assert_contiguous_from_zero(store, topic)
+    assert await read_all_from_zero(broker, topic, RECORDS) == list(range(RECORDS))
