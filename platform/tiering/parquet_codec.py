@@ -167,17 +167,19 @@ def read_batches(source: Source, start_offset: int, max_bytes: int) -> bytes:
     return bytes(out)
 
 
-def first_offset_at_or_after(source: Source, timestamp_ms: int) -> int | None:
-    """The offset of the first record whose timestamp is >= `timestamp_ms` (ListOffsets by
-    time), or None."""
+def first_offset_at_or_after(
+    source: Source, timestamp_ms: int, min_offset: int = 0
+) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record at or above `min_offset` whose timestamp is
+    >= `timestamp_ms` (ListOffsets by time), or None."""
     parquet = pq.ParquetFile(source)
     for group in row_groups_from(parquet, "timestamp", timestamp_ms):
         table = parquet.read_row_group(group, columns=["offset", "timestamp"])
         offsets = table.column("offset").to_pylist()
         times = table.column("timestamp").cast(pa.int64()).to_pylist()
         for offset, timestamp in zip(offsets, times, strict=True):
-            if timestamp >= timestamp_ms:
-                return int(offset)
+            if timestamp >= timestamp_ms and offset >= min_offset:
+                return int(offset), int(timestamp)
     return None
 
 

@@ -20,7 +20,7 @@ from riverbed.hot.partitions import Partition, PartitionManager
 from riverbed.tiering.chunk_cache import ChunkCache, RemoteFile
 from riverbed.tiering.manifest import Manifest
 from riverbed.tiering.offloader import Offloader, TieringSettings
-from riverbed.tiering.parquet_codec import read_batches
+from riverbed.tiering.parquet_codec import first_offset_at_or_after, read_batches
 from riverbed.tiering.remote_metadata import RemoteMetadata
 from riverbed.tiering.store import ObjectStore
 from riverbed.tiering.stores import open_store
@@ -138,3 +138,35 @@ class TieredStorage:
                 return read_batches(source, max(offset, segment.base_offset), max_bytes)
 
         return await asyncio.get_running_loop().run_in_executor(self._executor, rebuild)
+
+    async def offset_for_timestamp(
+        self, partition: Partition, timestamp_ms: int
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first remote record at or after `timestamp_ms`, or None
+        when every remote record is older (the local log is searched next). Segments before
+        the first whose max timestamp reaches it hold only older records, so one object is
+        read."""
+        manifest = await self.manifest(partition)
+        cache = self._cache
+        assert cache is not None
+        for segment in manifest.finished():
+            if segment.max_timestamp_ms < timestamp_ms:
+                continue
+            if segment.next_offset <= manifest.log_start_offset:
+                continue
+
+            found = await asyncio.get_running_loop().run_in_executor(
+                self._executor,
+                _search,
+                RemoteFile(cache, segment.key, segment.size_bytes),
+                timestamp_ms,
+                manifest.log_start_offset,
+            )
+            if found is not None:
+                return found
+        return None
+
+
+def _search(source: RemoteFile, timestamp_ms: int, min_offset: int) -> tuple[int, int] | None:
+    with source:
+        return first_offset_at_or_after(source, timestamp_ms, min_offset)

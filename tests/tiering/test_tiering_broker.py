@@ -31,6 +31,8 @@ TIERED_TOPIC = {
     "segment.bytes": "16384",  # many small sealed segments
     "local.retention.bytes": "1",  # keep no sealed segment locally once uploaded
 }
+# Record i is stamped BASE_TIMESTAMP_MS + i (recent: retention.ms must not delete them).
+BASE_TIMESTAMP_MS = int(time.time() * 1000)
 SPARK_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
 
 
@@ -74,7 +76,13 @@ def tiered_broker(broker_factory: BrokerFactory, tmp_path: Path) -> tuple[Broker
 async def produce_all(broker: BrokerProcess, topic: str) -> None:
     async with Producer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=5) as producer:
         futures = [
-            await producer.send(topic, value_of(i), key=str(i).encode(), partition=0)
+            await producer.send(
+                topic,
+                value_of(i),
+                key=str(i).encode(),
+                partition=0,
+                timestamp_ms=BASE_TIMESTAMP_MS + i,
+            )
             for i in range(RECORDS)
         ]
         await producer.flush()
@@ -110,10 +118,13 @@ async def test_segments_are_tiered_deleted_locally_and_read_back_from_offset_zer
     assert offsets == sorted(offsets) and offsets[0] == 0
     assert table.column("value").to_pylist()[:3] == [value_of(i) for i in range(3)]
 
-    # ListOffsets earliest is the remote log start.
+    # ListOffsets: earliest is the remote log start; by time searches the remote tier first.
+    tp = TopicPartition(topic, 0)
     async with Admin(bootstrap_servers=broker.bootstrap) as admin:
-        earliest = await admin.list_offsets({TopicPartition(topic, 0): "earliest"})
-    assert earliest[TopicPartition(topic, 0)].offset == 0
+        assert (await admin.list_offsets({tp: "earliest"}))[tp].offset == 0
+        for wanted in (100, local_start() - 1, local_start() + 5):
+            found = (await admin.list_offsets({tp: BASE_TIMESTAMP_MS + wanted}))[tp]
+            assert (found.offset, found.timestamp_ms) == (wanted, BASE_TIMESTAMP_MS + wanted)
 
     # Riverbed's consumer from offset 0: every record once, in order, byte-exact.
     seen: list[tuple[int, bytes | None, bytes | None]] = []

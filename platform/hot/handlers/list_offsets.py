@@ -20,12 +20,12 @@ async def handle_list_offsets(
 ) -> m.ListOffsetsResponse:
     topics = []
     for topic in request.topics:
-        partitions = [_list_partition(ctx, topic.name, wanted) for wanted in topic.partitions]
+        partitions = [await _list_partition(ctx, topic.name, wanted) for wanted in topic.partitions]
         topics.append(TopicResponse(name=topic.name, partitions=partitions))
     return m.ListOffsetsResponse(topics=topics)
 
 
-def _list_partition(
+async def _list_partition(
     ctx: BrokerContext, topic: str, wanted: m.ListOffsetsRequest.ListOffsetsPartition
 ) -> PartitionResponse:
     response = PartitionResponse(partition_index=wanted.partition_index, timestamp=-1, offset=-1)
@@ -51,7 +51,12 @@ def _list_partition(
     elif wanted.timestamp < 0:
         response.error_code = ErrorCode.INVALID_REQUEST
     else:
-        found = partition_log.offset_for_timestamp(wanted.timestamp)
-        if found is not None and found[0] < partition_log.high_watermark:
-            response.offset, response.timestamp = found
+        at: tuple[int, int] | None = None
+        if ctx.tiering is not None and ctx.tiering.enabled_for(topic):
+            # The remote tier holds the oldest records: it is searched first.
+            at = await ctx.tiering.offset_for_timestamp(partition, wanted.timestamp)
+        if at is None:
+            at = partition_log.offset_for_timestamp(wanted.timestamp)
+        if at is not None and at[0] < partition_log.high_watermark:
+            response.offset, response.timestamp = at
     return response
