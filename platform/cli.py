@@ -22,7 +22,7 @@ from riverbed.client.admin import Admin
 from riverbed.client.consumer import Consumer
 from riverbed.client.producer import Producer
 from riverbed.client.types import Record, TopicPartition
-from riverbed.cluster import DEFAULT_PORT_BASE, ClusterError, ClusterSpec
+from riverbed.cluster import COLD_TIER_DIR, DEFAULT_PORT_BASE, ClusterError, ClusterSpec
 from riverbed.cluster import run as run_cluster
 from riverbed.configs import BrokerConfig, parse_properties
 from riverbed.coordination.embedded_zk import ZooKeeperNotInstalledError, ZooKeeperStartError
@@ -264,8 +264,10 @@ Riverbed is running: {spec.broker_count} broker(s).
   bootstrap servers: {spec.bootstrap}
   zookeeper:         {zookeeper_connect}
   state:             {data_dir}  (broker logs: {data_dir}/broker-<id>.log)
+  cold tier:         {spec.settings.get("remote.storage.url", f"file://{data_dir / COLD_TIER_DIR}")}
 Try it (in another terminal):
-  .venv/bin/riverbed topics create demo --partitions 3 --replication-factor {replicas} {server}
+  .venv/bin/riverbed topics create demo --partitions 3 --replication-factor {replicas} \
+      --config remote.storage.enable=true {server}
   .venv/bin/riverbed topics describe demo {server}
   seq 1 5 | .venv/bin/riverbed produce demo {server}
   .venv/bin/riverbed consume demo --from-beginning --max 5 {server}

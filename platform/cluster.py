@@ -72,6 +72,10 @@ class ClusterError(Exception):
     """A cluster that cannot start or keep running; the message is one line for the user."""
 
 
+# Where `cluster up` keeps the tiered segments unless --set remote.storage.url says otherwise.
+COLD_TIER_DIR = "cold"
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterSpec:
     """What to run: `broker_count` brokers on ports `port_base`.., state under `data_dir`, with a
@@ -266,6 +270,8 @@ class _Supervisor:
             # factor (3); a local cluster of one or two brokers would have no consumer groups.
             # Like Kafka's single-broker sample config, size it to the cluster unless --set.
             "offsets.topic.replication.factor": str(min(3, self.spec.broker_count)),
+            # The embedded cold tier: one directory every broker shares, under the data dir.
+            "remote.storage.url": f"file://{self.data_dir / COLD_TIER_DIR}",
             **self.spec.settings,
             "broker.id": str(broker_id),
             "listeners": f"PLAINTEXT://{HOST}:{self.spec.port(broker_id)}",

@@ -6,6 +6,7 @@ The CLI runs as a subprocess on free ports (never 9092); what it started is foun
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import IO, Final
 
 from riverbed.client.admin import Admin
+from riverbed.client.producer import Producer
 from riverbed.cluster import BROKER_STOP_TIMEOUT_S
 
 from tests.support.broker import HOST, free_port
@@ -321,3 +323,29 @@ async def test_test_cluster_kill_pause_and_restart_show_in_metadata(
 
 async def _listed_by(address: str, expected: set[int]) -> bool:
     return await registered_brokers(address) == expected
+
+
+async def test_cluster_up_tiers_to_a_directory_under_its_data_dir(tmp_path: Path) -> None:
+    data_dir = tmp_path / "cluster"
+    with cluster_up(tmp_path, "--brokers", "1", "--data-dir", str(data_dir),
+                    "--port-base", str(free_port_base(1)),
+                    "--set", "remote.log.manager.task.interval.ms=200") as cluster:  # fmt: skip
+        bootstrap = cluster.wait_for_bootstrap()
+        assert f"cold tier:         file://{data_dir.resolve()}/cold" in cluster.output()
+        configs = {
+            "remote.storage.enable": "true",
+            "segment.bytes": "16384",
+            "local.retention.bytes": "1",
+        }
+        async with Admin(bootstrap_servers=bootstrap) as admin:
+            await admin.create_topic("demo", partitions=1, replication_factor=1, configs=configs)
+        async with Producer(bootstrap_servers=bootstrap, linger_ms=5) as producer:
+            for i in range(2_000):
+                await producer.send("demo", b"%d" % i * 20, partition=0)
+            await producer.flush()
+        manifests = data_dir / "cold" / "demo" / "0" / "manifest"
+        deadline = time.monotonic() + 30
+        while not list(manifests.glob("*.json")) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert list(manifests.glob("*.json")), "nothing tiered within 30 s"
+        assert cluster.interrupt() == 0, cluster.errors()

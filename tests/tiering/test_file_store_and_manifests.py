@@ -23,7 +23,8 @@ async def test_put_get_ranges_list_and_delete(tmp_path: Path) -> None:
     assert await store.get("t/0/a.bin") == b"0123456789"
     assert await store.get("t/0/a.bin", 3, 4) == b"3456"
     assert await store.get("t/0/a.bin", 8) == b"89"
-    assert await store.get("t/0/a.bin", 20, 5) == b""
+    with pytest.raises(ObjectNotFoundError, match="past the object's end"):
+        await store.get("t/0/a.bin", 20, 5)  # as S3 answers 416
     assert await store.size("t/0/a.bin") == 10
     source = tmp_path / "big"
     source.write_bytes(b"x" * 100_000)
@@ -60,8 +61,6 @@ def test_urls_are_checked() -> None:
         open_store("file://relative", {})  # a host, not a path
     with pytest.raises(ValueError, match="absolute path"):
         FileStore(Path("relative"))
-    with pytest.raises(ValueError, match="S3 object store is not built yet"):
-        open_store("s3://bucket/prefix", {})
 
 
 async def test_a_deposed_leader_can_neither_overwrite_nor_fork_the_manifest(
