@@ -187,6 +187,8 @@ _MS_1_DAY: Final = 24 * 60 * 60 * 1000
 _COMPRESSION_TYPES: Final = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer", "none")
 
 _T = ConfigType
+# Object store settings for an s3:// remote.storage.url (see riverbed.tiering.stores).
+REMOTE_STORAGE_S3 = "remote.storage.s3."
 TOPIC_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
     ConfigDef("cleanup.policy", _T.LIST, ("delete",), "delete old segments, compact, or both",
               each_one_of("compact", "delete"), "log.cleanup.policy"),
@@ -400,6 +402,9 @@ class BrokerConfig:
     `explicit` holds the keys that were set rather than defaulted."""
 
     explicit: frozenset[str]
+    # `remote.storage.s3.*` settings, passed as they are to the object store, which checks them
+    # when the broker starts (riverbed.tiering.stores); never described or logged (secrets).
+    remote_storage_s3: Mapping[str, str]
     broker_id: int
     broker_rack: str | None
     listeners: tuple[str, ...]
@@ -455,7 +460,8 @@ class BrokerConfig:
         """Parse broker configs. `zookeeper.connect` is required. Unknown keys are errors unless
         `allow_unknown` (for a real Kafka server.properties), when they are logged and skipped."""
         known = {key: text for key, text in values.items() if key in BROKER_CONFIGS}
-        for key in sorted(set(values) - set(known)):
+        s3 = {key: text for key, text in values.items() if key.startswith(REMOTE_STORAGE_S3)}
+        for key in sorted(set(values) - set(known) - set(s3)):
             if not allow_unknown:
                 _parse_all(BROKER_CONFIGS, {key: values[key]}, "broker")  # raises, naming it
             log.warning("ignoring unsupported broker config %r", key)
@@ -463,7 +469,9 @@ class BrokerConfig:
         parsed.update(_parse_all(BROKER_CONFIGS, known, "broker"))
         if parsed["zookeeper.connect"] is None:
             raise ConfigError("zookeeper.connect", "broker config 'zookeeper.connect' is required")
-        return _build(cls, BROKER_CONFIG_DEFS, parsed, explicit=frozenset(known))
+        return _build(
+            cls, BROKER_CONFIG_DEFS, parsed, explicit=frozenset(known), remote_storage_s3=s3
+        )
 
     @classmethod
     def load_properties(cls, path: Path, *, allow_unknown: bool = False) -> Self:
@@ -605,4 +613,4 @@ def _check_fields(cls: type, defs: Iterable[ConfigDef], extra: frozenset[str]) -
 
 
 _check_fields(TopicConfig, TOPIC_CONFIG_DEFS, frozenset())
-_check_fields(BrokerConfig, BROKER_CONFIG_DEFS, frozenset({"explicit"}))
+_check_fields(BrokerConfig, BROKER_CONFIG_DEFS, frozenset({"explicit", "remote_storage_s3"}))

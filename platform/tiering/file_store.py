@@ -29,7 +29,12 @@ from pathlib import Path
 from typing import Final, TypeVar
 
 from riverbed.hot.fileio import fsync_dir, pread_exact
-from riverbed.tiering.store import ObjectInfo, ObjectNotFoundError, ObjectStoreError
+from riverbed.tiering.store import (
+    ObjectInfo,
+    ObjectNotFoundError,
+    ObjectStoreError,
+    check_prefix,
+)
 
 T = TypeVar("T")
 
@@ -85,8 +90,7 @@ class FileStore:
         return await self._run("size", key, file_size)
 
     async def list(self, prefix: str) -> builtins.list[ObjectInfo]:
-        if prefix.startswith("/") or ".." in prefix.split("/"):
-            raise ValueError(f"bad object key prefix {prefix!r}")
+        check_prefix(prefix)
         return await self._run("list", prefix, lambda: self._list(prefix))
 
     async def delete(self, key: str) -> None:

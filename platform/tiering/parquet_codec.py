@@ -1,245 +1,362 @@
-"""One sealed segment's batches as one Parquet file, and Kafka batches rebuilt from it.
+"""One sealed segment's batches as one Parquet file, and Kafka batches read back from it.
 
-Columns: those of Spark's Kafka source (`key`, `value`, `topic`, `partition`, `offset`,
-`timestamp`, `timestampType`, `headers`), so a Spark or DuckDB job reads the objects as they
-are, then the batch-level fields a rebuild needs (`batch_*`). Rows are sorted by offset, row
-groups are bounded (`ROW_GROUP_BYTES_MAX`) and carry statistics, so a reader looking for an
-offset or a timestamp reads only the row groups that can hold it.
+The file: rows of arrow_schema.SCHEMA (Spark's Kafka source columns, then what a rebuild needs)
+sorted by offset, zstd-compressed, in row groups of WHOLE batches (a batch never spans two row
+groups, so one row group rebuilds into whole batches) that end at the first batch boundary at
+or past ROW_GROUP_BYTES_MAX of uncompressed records or ROW_GROUP_ROWS_MAX rows. Statistics on
+every scalar column and a page index let readers (this one, Spark, DuckDB) skip the row groups
+and pages that cannot hold an offset or a timestamp; page checksums catch a damaged object when
+read back.
 
-This is per-record Python work, which the broker never does on its hot path: conversion runs
-in the tiering threads, rebuilding in a cold fetch's worker thread.
+Rebuild contract (batch_rebuild): the batches covering an offset come back with their original
+offsets (gaps included), timestamps, keys, values, headers, producer fields, leader epoch and
+attributes (codec, timestamp type, transactional, control) and a valid CRC; an uncompressed
+batch byte for byte, a compressed one recompressed with its codec.
 
-Rebuild contract: the batches covering an offset come back with their original offsets,
-timestamps (as consumers see them), keys, values, headers, producer fields, leader epoch and
-attributes, and a valid CRC. An uncompressed CreateTime batch is rebuilt byte for byte. A
-compressed batch is recompressed with its codec (compressor output may differ in bytes). In a
-LogAppendTime batch every record carries the batch's timestamp, as consumers read it.
+Everything here blocks on CPU and I/O: call it from a worker thread, never the event loop.
 """
 
 from __future__ import annotations
 
 import io
-import struct
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeAlias
 
-import crc32c
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from riverbed.protocol.compression import CompressionType
 from riverbed.protocol.errors import ErrorCode
-from riverbed.protocol.records import decode_batch, encode_batch, iter_batch_headers
 from riverbed.protocol.records_header import (
-    ATTRIBUTES_POSITION,
-    CONTROL_MASK,
-    CRC_POSITION,
-    MAX_TIMESTAMP_POSITION,
-    TRANSACTIONAL_MASK,
+    BatchHeader,
+    Bytes,
     CorruptRecordError,
+    batch_crc_ok,
+    parse_batch_header,
 )
+from riverbed.tiering.arrow_schema import BATCH_COLUMNS, REBUILD_COLUMNS, SCHEMA
+from riverbed.tiering.batch_rebuild import RowGroupBatches
+from riverbed.tiering.segment_rows import RowGroupRows
 
-# Bounded row groups: a cold read of one offset fetches about this much, not the whole object.
+# A cold read decodes whole row groups: this bounds its work and memory (consumers fetch 1 MiB
+# a partition by default: max.partition.fetch.bytes), while a 1 GiB segment's footer describes
+# ~128 row groups (~300 KB, parsed in ~1.5 ms).
 ROW_GROUP_BYTES_MAX = 8 * 1024 * 1024
-ROW_GROUP_ROWS_MAX = 200_000
-PARQUET_COMPRESSION = "zstd"
+# Bounds the Python objects a row group of tiny records holds while it is built.
+ROW_GROUP_ROWS_MAX = 128 * 1024
+# zstd's own default level: cold objects are stored for long and read many times.
+ZSTD_LEVEL = 3
 
-HEADER_TYPE = pa.struct([("key", pa.string()), ("value", pa.binary())])
-SCHEMA = pa.schema(
-    [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("ms", tz="UTC")),
-        ("timestampType", pa.int32()),
-        ("headers", pa.list_(HEADER_TYPE)),
-        ("batch_base_offset", pa.int64()),
-        ("batch_max_timestamp", pa.int64()),
-        ("batch_partition_leader_epoch", pa.int32()),
-        ("batch_attributes", pa.int16()),
-        ("batch_producer_id", pa.int64()),
-        ("batch_producer_epoch", pa.int16()),
-        ("batch_base_sequence", pa.int32()),
-    ]
-)
-_CRC = struct.Struct(">I")
-_INT64 = struct.Struct(">q")
+# Columns whose values repeat run after run: dictionary encoding stores them almost for free.
+# Keys, values, offsets and timestamps are mostly distinct; a dictionary would only be dropped.
+_DICTIONARY_COLUMNS = ["topic", "partition", "timestampType", *BATCH_COLUMNS]
+# Min/max of keys and values would cost time and footer bytes for no pruning.
+_STATISTICS_COLUMNS = [name for name in SCHEMA.names if name not in ("key", "value", "headers")]
+_WRITE_OPTIONS: dict[str, Any] = {
+    "version": "2.6",
+    "data_page_version": "1.0",  # what every Parquet reader reads, Spark 2 and Hive included
+    "compression": "zstd",
+    "compression_level": ZSTD_LEVEL,
+    "use_dictionary": _DICTIONARY_COLUMNS,
+    "write_statistics": _STATISTICS_COLUMNS,
+    "write_page_index": True,
+    "write_page_checksum": True,
+    # `offset` is the fifth leaf column too: nothing nested comes before it.
+    "sorting_columns": [pq.SortingColumn(SCHEMA.get_field_index("offset"))],
+    "store_schema": True,
+    "use_compliant_nested_type": True,
+}
+
+_INT64_MAX = 2**63 - 1
+
+# A segment's batches: their bytes, or the path of the segment's .log file.
+Segment: TypeAlias = Bytes | str | Path
+# A Parquet object: a path, its bytes, a seekable binary file, or one already opened.
+Source: TypeAlias = str | Path | bytes | BinaryIO | io.RawIOBase | pq.ParquetFile
 
 
 @dataclass(frozen=True, slots=True)
 class SegmentSummary:
+    """What a converted segment holds, for the manifest."""
+
     base_offset: int  # of the first batch
-    last_offset: int  # of the last record
+    last_offset: int  # of the last batch (above its last record if compaction removed that)
     records: int
-    min_timestamp_ms: int
+    batches: int
+    min_timestamp_ms: int  # of the `timestamp` column: what consumers see
     max_timestamp_ms: int
+    size_bytes: int  # of the Parquet file
     row_groups: int
 
 
 def segment_to_parquet(
-    batches: bytes | memoryview, topic: str, partition: int, path: Path
+    batches: Segment,
+    topic: str,
+    partition: int,
+    out_path: str | Path,
+    *,
+    row_group_bytes_max: int = ROW_GROUP_BYTES_MAX,
+    row_group_rows_max: int = ROW_GROUP_ROWS_MAX,
 ) -> SegmentSummary:
-    """Write the whole batches in `batches` to `path` as Parquet. Every batch's CRC is checked
-    first: a corrupt batch raises CorruptRecordError naming its offset, never a silent skip."""
-    columns: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
-    payload_bytes = 0
-    for position, header in iter_batch_headers(batches):
+    """Write the batches of one segment (its bytes, or the path of its .log file) to
+    `out_path` as Parquet. Every batch is checked first (whole, CRC, records well-formed,
+    offsets increasing): a bad one raises CorruptRecordError naming its offset and position,
+    nothing is skipped, and no file is left at `out_path`."""
+    out_path = Path(out_path)
+    try:
+        with _segment_view(batches) as view:
+            return _write(view, topic, partition, out_path, row_group_bytes_max, row_group_rows_max)
+    except BaseException:
+        # Closing the writer on the way out wrote a valid footer under the rows so far: a
+        # file that looks whole and is not.
+        out_path.unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def _segment_view(batches: Segment) -> Iterator[memoryview]:
+    if isinstance(batches, str | Path):
+        # Mapped, not read: a segment is up to segment.bytes (1 GiB) and pages in as it goes.
+        with pa.memory_map(str(batches), "r") as mapped:
+            yield memoryview(mapped.read_buffer())
+    else:
+        yield memoryview(batches)
+
+
+@dataclass(slots=True)
+class _Written:
+    """What the row groups written so far add up to."""
+
+    row_groups: int = 0
+    records: int = 0
+    min_timestamp_ms: int = _INT64_MAX
+    max_timestamp_ms: int = -_INT64_MAX - 1
+
+    def add(self, table: pa.Table) -> None:
+        extremes = pc.min_max(table.column("timestamp").cast(pa.int64()))
+        self.row_groups += 1
+        self.records += table.num_rows
+        self.min_timestamp_ms = min(self.min_timestamp_ms, extremes["min"].as_py())
+        self.max_timestamp_ms = max(self.max_timestamp_ms, extremes["max"].as_py())
+
+
+def _write(
+    view: memoryview,
+    topic: str,
+    partition: int,
+    out_path: Path,
+    bytes_max: int,
+    rows_max: int,
+) -> SegmentSummary:
+    where = f"{topic}-{partition}"
+    written = _Written()
+    first: BatchHeader | None = None
+    last: BatchHeader | None = None
+    batches = 0
+    with pq.ParquetWriter(out_path, SCHEMA, **_WRITE_OPTIONS) as writer:
+        group = RowGroupRows(topic, partition)
+        for position, header in _intact_batches(view, where):
+            try:
+                group.add(view, position, header)
+            except CorruptRecordError as error:
+                raise _corrupt(where, header, position, error.message) from error
+            first = first or header
+            last = header
+            batches += 1
+            if group.section_bytes >= bytes_max or group.rows >= rows_max:
+                written.add(_write_row_group(writer, group, where))
+                group = RowGroupRows(topic, partition)
+        if group.rows:
+            written.add(_write_row_group(writer, group, where))
+    if first is None or last is None:
+        raise ValueError(f"{where}: no batches to tier")
+    return SegmentSummary(
+        base_offset=first.base_offset,
+        last_offset=last.last_offset,
+        records=written.records,
+        batches=batches,
+        min_timestamp_ms=written.min_timestamp_ms,
+        max_timestamp_ms=written.max_timestamp_ms,
+        size_bytes=out_path.stat().st_size,
+        row_groups=written.row_groups,
+    )
+
+
+def _write_row_group(writer: pq.ParquetWriter, group: RowGroupRows, where: str) -> pa.Table:
+    try:
+        table = group.table()
+    except CorruptRecordError as error:
+        raise CorruptRecordError(error.code, f"{where}: {error.message}") from error
+    writer.write_table(table, row_group_size=table.num_rows)
+    return table
+
+
+def _intact_batches(view: memoryview, where: str) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of each batch, checked to be whole with a valid CRC, to hold records
+    and to start above the batch before. Raises CorruptRecordError naming the first bad one."""
+    position = 0
+    last_offset: int | None = None
+    while position < len(view):
         try:
-            _, records = decode_batch(batches, position)
+            header = parse_batch_header(view, position)
         except CorruptRecordError as error:
             raise CorruptRecordError(
-                ErrorCode.CORRUPT_MESSAGE,
-                f"{topic}-{partition}: batch at offset {header.base_offset}: {error}",
+                error.code, f"{where}: after offset {last_offset}, byte {position}: {error.message}"
             ) from error
-        for record in records:
-            columns["key"].append(record.key)
-            columns["value"].append(record.value)
-            columns["offset"].append(record.offset)
-            columns["timestamp"].append(record.timestamp_ms)
-            columns["headers"].append([{"key": k, "value": v} for k, v in record.headers])
-            payload_bytes += len(record.key or b"") + len(record.value or b"")
-        count = len(records)
-        columns["timestampType"] += [header.timestamp_type] * count
-        columns["batch_base_offset"] += [header.base_offset] * count
-        columns["batch_max_timestamp"] += [header.max_timestamp] * count
-        columns["batch_partition_leader_epoch"] += [header.partition_leader_epoch] * count
-        columns["batch_attributes"] += [header.attributes] * count
-        columns["batch_producer_id"] += [header.producer_id] * count
-        columns["batch_producer_epoch"] += [header.producer_epoch] * count
-        columns["batch_base_sequence"] += [header.base_sequence] * count
-    rows = len(columns["offset"])
-    if rows == 0:
-        raise ValueError(f"{topic}-{partition}: no records to tier")
-    columns["topic"] = [topic] * rows
-    columns["partition"] = [partition] * rows
-    table = pa.table(columns, schema=SCHEMA)
-    row_bytes = max(1, payload_bytes // rows)
-    pq.write_table(
-        table,
-        path,
-        compression=PARQUET_COMPRESSION,
-        row_group_size=max(1, min(ROW_GROUP_ROWS_MAX, ROW_GROUP_BYTES_MAX // row_bytes)),
-        write_statistics=True,
-    )
-    timestamps = columns["timestamp"]
-    return SegmentSummary(
-        base_offset=columns["batch_base_offset"][0],
-        last_offset=columns["offset"][-1],
-        records=rows,
-        min_timestamp_ms=min(timestamps),
-        max_timestamp_ms=max(timestamps),
-        row_groups=pq.ParquetFile(path).num_row_groups,
+        problem = None
+        if not batch_crc_ok(view, position, header):
+            problem = "is truncated or fails its CRC"
+        elif header.records_count <= 0:
+            # Compaction keeps such batches for their producer state; not tiered until it exists.
+            problem = f"holds {header.records_count} records"
+        elif last_offset is not None and header.base_offset <= last_offset:
+            problem = f"does not follow the batch ending at offset {last_offset}"
+        if problem is not None:
+            raise _corrupt(where, header, position, problem)
+        yield position, header
+        last_offset = header.last_offset
+        position += header.size_bytes
+
+
+def _corrupt(where: str, header: BatchHeader, position: int, problem: str) -> CorruptRecordError:
+    return CorruptRecordError(
+        ErrorCode.CORRUPT_MESSAGE,
+        f"{where}: batch at offset {header.base_offset} (byte {position}) {problem}",
     )
 
 
-def row_groups_from(parquet: pq.ParquetFile, column: str, value: int) -> list[int]:
-    """The row groups that may hold rows with `column` >= `value`, by their statistics."""
-    index = parquet.schema_arrow.get_field_index(column)
-    wanted = []
-    for group in range(parquet.num_row_groups):
-        statistics = parquet.metadata.row_group(group).column(index).statistics
-        if statistics is None or not statistics.has_min_max:
-            wanted.append(group)
-            continue
-        maximum = statistics.max
-        if hasattr(maximum, "timestamp"):  # a timestamp column's statistics are datetimes
-            maximum = int(maximum.timestamp() * 1000)
-        if maximum >= value:
-            wanted.append(group)
-    return wanted
+def open_segment(source: Source) -> pq.ParquetFile:
+    """The Parquet file of a tiered segment, footer read; pass it on to read it again."""
+    if isinstance(source, bytes):
+        source = pa.BufferReader(source)
+    elif isinstance(source, Path):
+        source = str(source)
+    elif isinstance(source, pq.ParquetFile):
+        return source
+    # pre_buffer: a row group's column chunks are fetched in a few coalesced reads (range GETs).
+    return pq.ParquetFile(source, pre_buffer=True, page_checksum_verification=True)
 
 
-Source = str | Path | BinaryIO | io.RawIOBase
+def row_groups_for_offset(metadata: pq.FileMetaData, offset: int) -> range:
+    """The row groups a read from `offset` may need, in order: from the first holding a record
+    at or above it (rows are sorted by offset) to the end."""
+    column = _leaf_index(metadata, "offset")
+    for group in range(metadata.num_row_groups):
+        if _max(metadata, group, column) >= offset:
+            return range(group, metadata.num_row_groups)
+    return range(0)
+
+
+def row_groups_for_timestamp(
+    metadata: pq.FileMetaData, timestamp_ms: int, min_offset: int = 0
+) -> list[int]:
+    """The row groups that may hold a record at or above `min_offset` whose timestamp is at
+    least `timestamp_ms`, in order (timestamps need not increase with offsets)."""
+    offset = _leaf_index(metadata, "offset")
+    timestamp = _leaf_index(metadata, "timestamp")
+    return [
+        group
+        for group in range(metadata.num_row_groups)
+        if _max(metadata, group, timestamp) >= timestamp_ms
+        and _max(metadata, group, offset) >= min_offset
+    ]
+
+
+class SegmentReader:
+    """One tiered segment open for reads: its footer parsed once, and the row group read last
+    kept decoded, since a sequential consumer's next fetch mostly falls in it (a row group
+    holds ~8 fetches of 1 MiB). One thread at a time; close it (or use it as a context
+    manager) to close a file it opened from a path."""
+
+    def __init__(self, source: Source) -> None:
+        self._owns_file = not isinstance(source, pq.ParquetFile)
+        self._parquet = open_segment(source)
+        self._last_group: tuple[int, RowGroupBatches] | None = None
+
+    def __enter__(self) -> SegmentReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Drop the decoded row group; close the file if this reader opened it from a path
+        (a file object passed in stays open: its owner closes it)."""
+        self._last_group = None
+        if self._owns_file:
+            self._parquet.close()
+
+    def read_batches(self, start_offset: int, max_bytes: int) -> bytes:
+        """The rebuilt batches holding records at or above `start_offset`, oldest first, at
+        most `max_bytes` of them but always at least one whole batch (KIP-74) if the file
+        holds any; b"" if it holds none. Reads only the row groups needed, and of them only
+        the columns a rebuild needs."""
+        out = bytearray()
+        for group in row_groups_for_offset(self._parquet.metadata, start_offset):
+            if self._batches(group).append_to(out, start_offset, max_bytes):
+                break
+        return bytes(out)
+
+    def first_offset_at_or_after(
+        self, timestamp_ms: int, min_offset: int = 0
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or above `min_offset` whose timestamp
+        (as consumers see it) is >= `timestamp_ms` (ListOffsets by timestamp), or None."""
+        metadata = self._parquet.metadata
+        for group in row_groups_for_timestamp(metadata, timestamp_ms, min_offset):
+            rows = self._parquet.read_row_group(
+                group, columns=["offset", "timestamp"], use_threads=False
+            )
+            offsets = rows.column("offset")
+            timestamps = rows.column("timestamp").cast(pa.int64())
+            wanted = pc.and_(
+                pc.greater_equal(timestamps, timestamp_ms), pc.greater_equal(offsets, min_offset)
+            )
+            found = pc.index(wanted, True).as_py()
+            if found >= 0:
+                return offsets[found].as_py(), timestamps[found].as_py()
+        return None
+
+    def _batches(self, group: int) -> RowGroupBatches:
+        if self._last_group is None or self._last_group[0] != group:
+            # One thread: cold reads run in the tiering executor, which bounds their CPU.
+            rows = self._parquet.read_row_group(
+                group, columns=list(REBUILD_COLUMNS), use_threads=False
+            )
+            self._last_group = (group, RowGroupBatches(rows))
+        return self._last_group[1]
 
 
 def read_batches(source: Source, start_offset: int, max_bytes: int) -> bytes:
-    """The Kafka batches holding `start_offset` and after, about `max_bytes` of them (at least
-    one whole batch), reading only the row groups needed."""
-    parquet = pq.ParquetFile(source)
-    out = bytearray()
-    for rows in _batches_from(parquet, start_offset):
-        out += _encode(rows)
-        if len(out) >= max_bytes:
-            break
-    return bytes(out)
+    """SegmentReader.read_batches, for one read."""
+    with SegmentReader(source) as reader:
+        return reader.read_batches(start_offset, max_bytes)
 
 
 def first_offset_at_or_after(
     source: Source, timestamp_ms: int, min_offset: int = 0
 ) -> tuple[int, int] | None:
-    """(offset, timestamp) of the first record at or above `min_offset` whose timestamp is
-    >= `timestamp_ms` (ListOffsets by time), or None."""
-    parquet = pq.ParquetFile(source)
-    for group in row_groups_from(parquet, "timestamp", timestamp_ms):
-        table = parquet.read_row_group(group, columns=["offset", "timestamp"])
-        offsets = table.column("offset").to_pylist()
-        times = table.column("timestamp").cast(pa.int64()).to_pylist()
-        for offset, timestamp in zip(offsets, times, strict=True):
-            if timestamp >= timestamp_ms and offset >= min_offset:
-                return int(offset), int(timestamp)
-    return None
+    """SegmentReader.first_offset_at_or_after, for one search."""
+    with SegmentReader(source) as reader:
+        return reader.first_offset_at_or_after(timestamp_ms, min_offset)
 
 
-def _batches_from(parquet: pq.ParquetFile, start_offset: int) -> Iterator[list[dict[str, Any]]]:
-    """Rows grouped by batch, from the batch holding `start_offset`; a batch may span row
-    groups, so the last group of one row group waits for the next."""
-    groups = row_groups_from(parquet, "offset", start_offset)
-    pending: list[dict[str, Any]] = []
-    for group in groups:
-        table = parquet.read_row_group(group)
-        table = table.set_column(
-            table.schema.get_field_index("timestamp"),
-            "timestamp",
-            table.column("timestamp").cast(pa.int64()),
-        )
-        for row in table.to_pylist():
-            if pending and row["batch_base_offset"] != pending[0]["batch_base_offset"]:
-                if pending[-1]["offset"] >= start_offset:
-                    yield pending
-                pending = []
-            pending.append(row)
-    if pending and pending[-1]["offset"] >= start_offset:
-        yield pending
+def _leaf_index(metadata: pq.FileMetaData, name: str) -> int:
+    """The Parquet column index of the top-level scalar column `name` (nested columns such as
+    `headers` have several leaves, so it may differ from the Arrow field index)."""
+    for index in range(metadata.num_columns):
+        if metadata.schema.column(index).path == name:
+            return index
+    raise KeyError(f"no column {name!r} in this Parquet file")
 
 
-def _encode(rows: list[dict[str, Any]]) -> bytes:
-    first = rows[0]
-    base_offset = first["batch_base_offset"]
-    for delta, row in enumerate(rows):
-        if row["offset"] != base_offset + delta:
-            raise CorruptRecordError(
-                ErrorCode.CORRUPT_MESSAGE,
-                f"batch at {base_offset}: offsets with gaps are not rebuilt yet "
-                f"(offset {row['offset']} at position {delta})",
-            )
-    attributes = first["batch_attributes"]
-    batch = bytearray(
-        encode_batch(
-            [
-                (
-                    row["key"],
-                    row["value"],
-                    [(h["key"], h["value"]) for h in row["headers"]],
-                    row["timestamp"],
-                )
-                for row in rows
-            ],
-            base_offset=base_offset,
-            compression=CompressionType(attributes & 0x07),
-            producer_id=first["batch_producer_id"],
-            producer_epoch=first["batch_producer_epoch"],
-            base_sequence=first["batch_base_sequence"],
-            partition_leader_epoch=first["batch_partition_leader_epoch"],
-            timestamp_type=first["timestampType"],
-            is_transactional=bool(attributes & TRANSACTIONAL_MASK),
-        )
-    )
-    # What encode_batch derives differently from the original: the control flag, and the max
-    # timestamp of a LogAppendTime batch (the broker's clock, not the records').
-    batch[ATTRIBUTES_POSITION + 1] |= attributes & CONTROL_MASK
-    _INT64.pack_into(batch, MAX_TIMESTAMP_POSITION, first["batch_max_timestamp"])
-    _CRC.pack_into(batch, CRC_POSITION, crc32c.crc32c(memoryview(batch)[ATTRIBUTES_POSITION:]))
-    return bytes(batch)
+def _max(metadata: pq.FileMetaData, group: int, column: int) -> int:
+    """The largest value of an integer or timestamp column in a row group; without statistics,
+    the largest possible (the row group is never skipped)."""
+    statistics = metadata.row_group(group).column(column).statistics
+    if statistics is None or not statistics.has_min_max:
+        return _INT64_MAX
+    maximum: int = statistics.max_raw
+    return maximum

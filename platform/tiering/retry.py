@@ -86,5 +86,5 @@ async def call_with_retries(
                 raise RetriesExhaustedError(retries + 1, error) from error
             retries += 1
             wait_ms = policy.wait_ms(retries)
-            log.debug("%s failed (%s); retry %d in %.0f ms", what, error, retries, wait_ms)
+            log.debug("%s failed (%r); retry %d in %.0f ms", what, error, retries, wait_ms)
             await asyncio.sleep(wait_ms / 1000)

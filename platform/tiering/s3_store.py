@@ -9,6 +9,10 @@ ObjectNotFoundError, or one ObjectStoreError line naming the store, the endpoint
 the key and the last cause.
 
 `put_if_absent` is a conditional write (PutObject with If-None-Match: *), atomic on S3 itself.
+Its object carries a random create id (user metadata), so when a retry is refused because the
+key exists, a HEAD tells whether an earlier attempt of the same call created it (its answer
+lost) or another writer did.
+
 Large `put_file` uploads go in parts (multipart upload); an upload that fails is aborted so its
 parts do not linger. A multipart upload is invisible until completed, so readers never see
 half an object, as with the file store.
@@ -23,6 +27,7 @@ import functools
 import logging
 import os
 import re
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +37,13 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from botocore import exceptions as botocore_errors
 from riverbed.tiering.retry import RetriesExhaustedError, RetryPolicy, call_with_retries
-from riverbed.tiering.store import ObjectInfo, ObjectNotFoundError, ObjectStoreError
+from riverbed.tiering.store import (
+    ObjectInfo,
+    ObjectNotFoundError,
+    ObjectStoreError,
+    check_key,
+    check_prefix,
+)
 
 if TYPE_CHECKING:
     from types_aiobotocore_s3.client import S3Client
@@ -62,7 +73,6 @@ PARTS_IN_FLIGHT_MAX: Final = 4
 # HTTP connections kept to the endpoint: parts in flight plus cold reads and manifest calls.
 CONNECTIONS_MAX: Final = 16
 
-HTTP_NOT_FOUND: Final = 404
 HTTP_PRECONDITION_FAILED: Final = 412
 HTTP_RANGE_NOT_SATISFIABLE: Final = 416
 # Worth another attempt: throttling and server-side failures (S3 asks for retries with backoff
@@ -72,6 +82,8 @@ RETRIABLE_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
 RETRIABLE_CODES: Final = frozenset(
     {"ConditionalRequestConflict", "RequestTimeout", "SlowDown", "Throttling", "InternalError"}
 )
+# User metadata (x-amz-meta-...) naming the put_if_absent call that created an object.
+CREATE_ID_METADATA: Final = "riverbed-create-id"
 NOT_FOUND_CODES: Final = frozenset({"NoSuchKey", "NotFound", "404"})  # "404": HEAD's bodiless
 
 AddressingStyle = Literal["path", "virtual"]
@@ -215,30 +227,37 @@ class S3Store:
 
     async def put_if_absent(self, key: str, data: bytes) -> bool:
         s3_key = self._s3_key(key)
-        # Set once an attempt failed without a definite answer: it may have created the key
-        # before its answer was lost, and a retry would then see our own object as a rival's.
-        unsure = False
+        # Marks the object this call creates, whichever of its attempts lands.
+        create_id = uuid.uuid4().hex
 
         async def create(client: S3Client) -> bool:
-            nonlocal unsure
             try:
-                await client.put_object(Bucket=self._bucket, Key=s3_key, Body=data, IfNoneMatch="*")
+                await client.put_object(
+                    Bucket=self._bucket,
+                    Key=s3_key,
+                    Body=data,
+                    IfNoneMatch="*",
+                    Metadata={CREATE_ID_METADATA: create_id},
+                )
             except botocore_errors.ClientError as error:
                 if _status(error) == HTTP_PRECONDITION_FAILED:
                     return False
-                unsure = True
-                raise
-            except BaseException:
-                unsure = True
                 raise
             return True
 
-        created = await self._call("put_if_absent", key, create)
-        if created or not unsure:
-            return created
-        # Whoever wrote it, an object with our bytes is the outcome we asked for (two writers
-        # of identical bytes, e.g. one manifest version, wanted the same thing).
-        return await self.get(key) == data
+        if await self._call("put_if_absent", key, create):
+            return True
+        # The key exists, maybe created by an attempt of ours whose answer was lost: our retry,
+        # or aiohttp's own silent resend of a PUT whose connection dropped, then finds it.
+        try:
+            head = await self._call(
+                "put_if_absent",
+                key,
+                lambda client: client.head_object(Bucket=self._bucket, Key=s3_key),
+            )
+        except ObjectNotFoundError:  # someone else's, deleted since
+            return False
+        return head.get("Metadata", {}).get(CREATE_ID_METADATA) == create_id
 
     async def get(self, key: str, position: int = 0, size_bytes: int | None = None) -> bytes:
         if position < 0 or (size_bytes is not None and size_bytes <= 0):
@@ -275,8 +294,7 @@ class S3Store:
         return head["ContentLength"]
 
     async def list(self, prefix: str) -> builtins.list[ObjectInfo]:
-        if prefix.startswith("/") or ".." in prefix.split("/"):
-            raise ValueError(f"bad object key prefix {prefix!r}")
+        check_prefix(prefix)
         found: builtins.list[ObjectInfo] = []
         token: str | None = None
         while True:
@@ -308,8 +326,7 @@ class S3Store:
 
     # -- helpers ---------------------------------------------------------------------------------
     def _s3_key(self, key: str) -> str:
-        if not key or key.startswith("/") or ".." in key.split("/"):
-            raise ValueError(f"bad object key {key!r}")
+        check_key(key)
         s3_key = self._root + key
         if len(s3_key.encode()) > S3_KEY_BYTES_MAX:
             raise ValueError(f"object key {key!r} is over S3's {S3_KEY_BYTES_MAX} bytes")

@@ -17,11 +17,11 @@ from pathlib import Path
 
 from riverbed.configs import BrokerConfig, TopicConfig
 from riverbed.hot.partitions import Partition, PartitionManager
-from riverbed.tiering.chunk_cache import ChunkCache, RemoteFile
+from riverbed.tiering.chunk_cache import ChunkCache
 from riverbed.tiering.manifest import Manifest
 from riverbed.tiering.offloader import Offloader, TieringSettings
-from riverbed.tiering.parquet_codec import first_offset_at_or_after, read_batches
 from riverbed.tiering.remote_metadata import RemoteMetadata
+from riverbed.tiering.segment_readers import SegmentReaders
 from riverbed.tiering.store import ObjectStore
 from riverbed.tiering.stores import open_store
 
@@ -50,6 +50,7 @@ class TieredStorage:
         self._executor = ThreadPoolExecutor(TIERING_THREADS, thread_name_prefix="tiering")
         self._store: ObjectStore | None = None
         self._cache: ChunkCache | None = None
+        self._readers: SegmentReaders | None = None
         self._offloader: Offloader | None = None
         # Manifests read for cold reads on partitions the offloader has not loaded yet.
         self._read_manifests: dict[tuple[str, int, int], Manifest] = {}
@@ -57,13 +58,14 @@ class TieredStorage:
     async def start(self) -> None:
         url = self._config.remote_storage_url
         assert url is not None
-        self._store = open_store(url, {})
+        self._store = open_store(url, self._config.remote_storage_s3)
         self._cache = ChunkCache(
             self._store,
             self._data_dir / ".remote-cache",
             self._config.remote_fetch_cache_bytes,
             asyncio.get_running_loop(),
         )
+        self._readers = SegmentReaders(self._cache)
         self._offloader = Offloader(
             self._store,
             self._partitions,
@@ -81,6 +83,8 @@ class TieredStorage:
     async def stop(self) -> None:
         if self._offloader is not None:
             await self._offloader.stop()
+        if self._readers is not None:
+            await asyncio.to_thread(self._readers.close)
         if self._cache is not None:
             await asyncio.to_thread(self._cache.close)
         self._executor.shutdown(wait=True, cancel_futures=True)
@@ -130,14 +134,16 @@ class TieredStorage:
         segment = manifest.segment_for(offset)
         if segment is None or (segment.base_offset > offset and offset < manifest.log_start_offset):
             return None
-        cache = self._cache
-        assert cache is not None
-
-        def rebuild() -> bytes:
-            with RemoteFile(cache, segment.key, segment.size_bytes) as source:
-                return read_batches(source, max(offset, segment.base_offset), max_bytes)
-
-        return await asyncio.get_running_loop().run_in_executor(self._executor, rebuild)
+        readers = self._readers
+        assert readers is not None
+        start = max(offset, segment.base_offset)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor,
+            readers.use,
+            segment.key,
+            segment.size_bytes,
+            lambda reader: reader.read_batches(start, max_bytes),
+        )
 
     async def offset_for_timestamp(
         self, partition: Partition, timestamp_ms: int
@@ -147,26 +153,19 @@ class TieredStorage:
         the first whose max timestamp reaches it hold only older records, so one object is
         read."""
         manifest = await self.manifest(partition)
-        cache = self._cache
-        assert cache is not None
+        readers = self._readers
+        assert readers is not None
+        start = manifest.log_start_offset
         for segment in manifest.finished():
-            if segment.max_timestamp_ms < timestamp_ms:
+            if segment.max_timestamp_ms < timestamp_ms or segment.next_offset <= start:
                 continue
-            if segment.next_offset <= manifest.log_start_offset:
-                continue
-
-            found = await asyncio.get_running_loop().run_in_executor(
+            found: tuple[int, int] | None = await asyncio.get_running_loop().run_in_executor(
                 self._executor,
-                _search,
-                RemoteFile(cache, segment.key, segment.size_bytes),
-                timestamp_ms,
-                manifest.log_start_offset,
+                readers.use,
+                segment.key,
+                segment.size_bytes,
+                lambda reader: reader.first_offset_at_or_after(timestamp_ms, start),
             )
             if found is not None:
                 return found
         return None
-
-
-def _search(source: RemoteFile, timestamp_ms: int, min_offset: int) -> tuple[int, int] | None:
-    with source:
-        return first_offset_at_or_after(source, timestamp_ms, min_offset)

@@ -26,6 +26,20 @@ class ObjectNotFoundError(ObjectStoreError):
     """The key does not exist (or a range starts past its end)."""
 
 
+def check_key(key: str) -> str:
+    """A key relative to the store's root that cannot leave it, else ValueError."""
+    if not key or key.startswith("/") or ".." in key.split("/"):
+        raise ValueError(f"bad object key {key!r}")
+    return key
+
+
+def check_prefix(prefix: str) -> str:
+    """A listing prefix (may be empty) that cannot leave the store's root, else ValueError."""
+    if prefix.startswith("/") or ".." in prefix.split("/"):
+        raise ValueError(f"bad object key prefix {prefix!r}")
+    return prefix
+
+
 @dataclass(frozen=True, slots=True)
 class ObjectInfo:
     key: str
@@ -50,12 +64,15 @@ class ObjectStore(Protocol):
         ...
 
     async def put_if_absent(self, key: str, data: bytes) -> bool:
-        """Create `key` only if it does not exist (atomically); False if it already did."""
+        """Create `key` only if it does not exist (atomically); False if it already did. True
+        only when this call created it, even if the store's first answer was lost."""
         ...
 
     async def get(self, key: str, position: int = 0, size_bytes: int | None = None) -> bytes:
         """Bytes [position, position + size_bytes) of `key` (to its end when size_bytes is
-        None): a ranged GET."""
+        None; clipped at the end): a ranged GET. A range starting past the end (position > 0)
+        raises ObjectNotFoundError, as S3 answers 416; a negative position or a size of 0 is
+        a ValueError."""
         ...
 
     async def size(self, key: str) -> int:

@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import unquote, urlsplit
 
+from riverbed.configs import REMOTE_STORAGE_S3
 from riverbed.tiering.file_store import FileStore
 from riverbed.tiering.s3_store import S3Settings, S3Store
 from riverbed.tiering.store import ObjectStore
 
-S3_PREFIX: Final = "remote.storage.s3."
+S3_PREFIX: Final = REMOTE_STORAGE_S3
 # Integer settings: the key after S3_PREFIX -> the S3Settings field.
 S3_INT_SETTINGS: Final = {
     "connect.timeout.ms": "connect_timeout_ms",

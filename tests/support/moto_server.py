@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any, Final
 
-import boto3
+import boto3  # type: ignore[import-untyped]
 from botocore.config import Config
 
 HOST: Final = "127.0.0.1"
@@ -131,6 +131,9 @@ class MotoServer:
         """Keys with a multipart upload started and neither completed nor aborted."""
         listing = self._client().list_multipart_uploads(Bucket=bucket)
         return [upload["Key"] for upload in listing.get("Uploads", [])]
+
+    def put_object(self, bucket: str, key: str, body: bytes) -> None:
+        self._client().put_object(Bucket=bucket, Key=key, Body=body)
 
     def etag(self, bucket: str, key: str) -> str:
         etag: str = self._client().head_object(Bucket=bucket, Key=key)["ETag"]
