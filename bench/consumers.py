@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bench.procs import ProcessFailed
+
+if TYPE_CHECKING:
+    from riverbed.client.consumer import Consumer as RiverbedConsumer
 
 CONSUME_TIMEOUT_S = 600.0
 # Records asked for per getmany() (what an application would take per poll).
@@ -16,19 +19,25 @@ PARTITION_FETCH_MAX_BYTES = 10 * 1024 * 1024
 FETCH_MAX_WAIT_MS = 100
 
 
-async def consume_riverbed(
-    bootstrap: str, topic: str, records: int, value: bytes
-) -> dict[str, Any]:
-    from riverbed.client.consumer import Consumer as RiverbedConsumer
-    from riverbed.client.types import TopicPartition as RiverbedTopicPartition
+def riverbed_consumer(bootstrap: str) -> RiverbedConsumer:
+    """Riverbed's consumer with the benchmarks' fetch sizes (start it with `async with`)."""
+    from riverbed.client.consumer import Consumer
 
-    tp = RiverbedTopicPartition(topic, 0)
-    async with RiverbedConsumer(
+    return Consumer(
         bootstrap_servers=bootstrap,
         fetch_max_bytes=FETCH_MAX_BYTES,
         max_partition_fetch_bytes=PARTITION_FETCH_MAX_BYTES,
         fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
-    ) as consumer:
+    )
+
+
+async def consume_riverbed(
+    bootstrap: str, topic: str, records: int, value: bytes
+) -> dict[str, Any]:
+    from riverbed.client.types import TopicPartition as RiverbedTopicPartition
+
+    tp = RiverbedTopicPartition(topic, 0)
+    async with riverbed_consumer(bootstrap) as consumer:
         consumer.assign([tp])
         consumer.seek(tp, 0)
         return await count_getmany("riverbed", consumer.getmany, records, value)

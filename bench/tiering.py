@@ -26,12 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.consumers import (
-    CONSUME_BATCH_MAX,
-    FETCH_MAX_BYTES,
-    FETCH_MAX_WAIT_MS,
-    PARTITION_FETCH_MAX_BYTES,
-)
+from bench.consumers import CONSUME_BATCH_MAX, riverbed_consumer
 from bench.kafka_clients import end_offset
 from bench.options import BenchOptions, BenchResult, Headline, Ratio
 from bench.procs import Broker, ProcessFailed, zookeeper
@@ -194,17 +189,11 @@ async def wait_tiered(partition_dir: Path, records: int) -> float:
 async def consume(bootstrap: str, topic: str, values: list[bytes]) -> dict[str, Any]:
     """Riverbed's consumer from offset 0 to the end, as in client_throughput; every value is
     checked against the dataset after the clock stops."""
-    from riverbed.client.consumer import Consumer
     from riverbed.client.types import TopicPartition
 
     tp = TopicPartition(topic, 0)
     seen: list[bytes | None] = []
-    async with Consumer(
-        bootstrap_servers=bootstrap,
-        fetch_max_bytes=FETCH_MAX_BYTES,
-        max_partition_fetch_bytes=PARTITION_FETCH_MAX_BYTES,
-        fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
-    ) as consumer:
+    async with riverbed_consumer(bootstrap) as consumer:
         consumer.assign([tp])
         consumer.seek(tp, 0)
         started = time.perf_counter()

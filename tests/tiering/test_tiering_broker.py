@@ -90,14 +90,38 @@ async def produce_all(broker: BrokerProcess, topic: str) -> None:
     assert offsets == list(range(RECORDS))
 
 
-async def test_segments_are_tiered_deleted_locally_and_read_back_from_offset_zero(
-    tiered_broker: tuple[BrokerProcess, Path],
-) -> None:
-    broker, store = tiered_broker
+Row = tuple[int, bytes | None, bytes | None]
+EXPECTED: list[Row] = [(i, str(i).encode(), value_of(i)) for i in range(RECORDS)]
+
+
+async def tiered_topic(broker: BrokerProcess) -> str:
+    """A new tiered topic holding the RECORDS records."""
     topic = f"tiered-{uuid.uuid4().hex[:8]}"
     async with Admin(bootstrap_servers=broker.bootstrap) as admin:
         await admin.create_topic(topic, partitions=1, replication_factor=1, configs=TIERED_TOPIC)
     await produce_all(broker, topic)
+    return topic
+
+
+async def read_all_from_zero(broker: BrokerProcess, topic: str) -> list[Row]:
+    """Riverbed's consumer from offset 0 to RECORDS: (offset, key, value) of each record."""
+    seen: list[Row] = []
+    async with Consumer(bootstrap_servers=broker.bootstrap) as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        await consumer.seek_to_beginning()
+        while len(seen) < RECORDS:
+            batches = await consumer.getmany(timeout_ms=2000)
+            assert batches, f"stalled after {len(seen)} records"
+            for records in batches.values():
+                seen += [(r.offset, r.key, r.value) for r in records]
+    return seen
+
+
+async def test_segments_are_tiered_deleted_locally_and_read_back_from_offset_zero(
+    tiered_broker: tuple[BrokerProcess, Path],
+) -> None:
+    broker, store = tiered_broker
+    topic = await tiered_topic(broker)
 
     def local_start() -> int:
         return int(broker.segment_files(topic, 0)[0].stem)
@@ -127,20 +151,11 @@ async def test_segments_are_tiered_deleted_locally_and_read_back_from_offset_zer
             assert (found.offset, found.timestamp_ms) == (wanted, BASE_TIMESTAMP_MS + wanted)
 
     # Riverbed's consumer from offset 0: every record once, in order, byte-exact.
-    seen: list[tuple[int, bytes | None, bytes | None]] = []
-    async with Consumer(bootstrap_servers=broker.bootstrap) as consumer:
-        consumer.assign([TopicPartition(topic, 0)])
-        await consumer.seek_to_beginning()
-        while len(seen) < RECORDS:
-            batches = await consumer.getmany(timeout_ms=2000)
-            assert batches, f"stalled after {len(seen)} records"
-            for records in batches.values():
-                seen += [(r.offset, r.key, r.value) for r in records]
-    assert seen == [(i, str(i).encode(), value_of(i)) for i in range(RECORDS)]
+    assert await read_all_from_zero(broker, topic) == EXPECTED
 
     # ...and a librdkafka consumer.
     read = await asyncio.to_thread(consume_with_confluent, broker.bootstrap, topic)
-    assert read == [(i, str(i).encode(), value_of(i)) for i in range(RECORDS)]
+    assert read == EXPECTED
 
 
 def consume_with_confluent(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes]]:
@@ -181,36 +196,20 @@ def assert_contiguous_from_zero(store: Path, topic: str) -> list[dict[str, Any]]
     return done
 
 
-async def read_all_from_zero(broker: BrokerProcess, topic: str, count: int) -> list[int]:
-    offsets: list[int] = []
-    async with Consumer(bootstrap_servers=broker.bootstrap) as consumer:
-        consumer.assign([TopicPartition(topic, 0)])
-        await consumer.seek_to_beginning()
-        while len(offsets) < count:
-            batches = await consumer.getmany(timeout_ms=2000)
-            assert batches, f"stalled after {len(offsets)} records"
-            for records in batches.values():
-                offsets += [r.offset for r in records]
-    return offsets
-
-
 async def test_an_unreachable_store_keeps_the_backlog_locally_and_uploads_resume(
     tiered_broker: tuple[BrokerProcess, Path],
 ) -> None:
     broker, store = tiered_broker
-    topic = f"tiered-{uuid.uuid4().hex[:8]}"
     # The store's root replaced by a plain file: every write fails (ENOTDIR), as root too.
     store.mkdir(parents=True, exist_ok=True)
     hidden = store.with_name("cold-away")
     store.rename(hidden)
     store.write_bytes(b"not a directory")
-    async with Admin(bootstrap_servers=broker.bootstrap) as admin:
-        await admin.create_topic(topic, partitions=1, replication_factor=1, configs=TIERED_TOPIC)
-    await produce_all(broker, topic)  # produce is unaffected
+    topic = await tiered_topic(broker)  # produce is unaffected
     await asyncio.sleep(1.0)  # several tiering rounds fail
     segments = broker.segment_files(topic, 0)
     assert int(segments[0].stem) == 0 and len(segments) > 5  # nothing deleted locally
-    assert await read_all_from_zero(broker, topic, RECORDS) == list(range(RECORDS))
+    assert await read_all_from_zero(broker, topic) == EXPECTED
     assert "tiering failed" in broker.log_path.read_text()
 
     store.unlink()
@@ -220,17 +219,14 @@ async def test_an_unreachable_store_keeps_the_backlog_locally_and_uploads_resume
         "uploads resumed and local segments were deleted",
     )
     assert_contiguous_from_zero(store, topic)
-    assert await read_all_from_zero(broker, topic, RECORDS) == list(range(RECORDS))
+    assert await read_all_from_zero(broker, topic) == EXPECTED
 
 
 async def test_a_broker_killed_while_tiering_redoes_unfinished_copies_without_gap_or_overlap(
     tiered_broker: tuple[BrokerProcess, Path],
 ) -> None:
     broker, store = tiered_broker
-    topic = f"tiered-{uuid.uuid4().hex[:8]}"
-    async with Admin(bootstrap_servers=broker.bootstrap) as admin:
-        await admin.create_topic(topic, partitions=1, replication_factor=1, configs=TIERED_TOPIC)
-    await produce_all(broker, topic)
+    topic = await tiered_topic(broker)
     # Killed as soon as tiering has started (some copies may be half done).
     await wait_until(lambda: latest_manifest(store, topic) is not None, "tiering started")
     broker.kill()
@@ -246,4 +242,4 @@ async def test_a_broker_killed_while_tiering_redoes_unfinished_copies_without_ga
         "no unfinished copy left",
     )
     assert_contiguous_from_zero(store, topic)
-    assert await read_all_from_zero(broker, topic, RECORDS) == list(range(RECORDS))
+    assert await read_all_from_zero(broker, topic) == EXPECTED
