@@ -4,8 +4,9 @@ codec.
 `platform/` is the source folder of the `riverbed` package but must not contain an `__init__.py`
 (from the repo root, `import platform` would find it instead of the standard library module).
 
-`riverbed.protocol.records_fast` is Cython (the consumer's per-record loop) and has no pure-Python
-fallback: a build without Cython or a C compiler fails rather than yield a slow client.
+`riverbed.protocol.records_fast` (the client's per-record loops) and
+`riverbed.tiering.records_columns` (the tiering's) are Cython with no pure-Python fallback: a
+build without Cython or a C compiler fails rather than yield a slow client or broker.
 """
 
 from pathlib import Path
@@ -14,11 +15,14 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
-RECORDS_FAST = Extension(
-    "riverbed.protocol.records_fast",
-    ["platform/protocol/records_fast.pyx"],
-    extra_compile_args=["-O2"],
-)
+# The compiled record loops; both cimport platform/protocol/kafka_varint.pxd (inline only).
+COMPILED = [
+    Extension(name, [source], extra_compile_args=["-O2"])
+    for name, source in (
+        ("riverbed.protocol.records_fast", "platform/protocol/records_fast.pyx"),
+        ("riverbed.tiering.records_columns", "platform/tiering/records_columns.pyx"),
+    )
+]
 
 
 class BuildPyWithPackageInit(build_py):
@@ -33,6 +37,11 @@ class BuildPyWithPackageInit(build_py):
 setup(
     cmdclass={"build_py": BuildPyWithPackageInit},
     # Cython's generated C is a build product: the wheel carries the compiled module only.
-    exclude_package_data={"riverbed.protocol": ["*.c", "*.pyx"]},
-    ext_modules=cythonize([RECORDS_FAST], compiler_directives={"language_level": "3"}),
+    exclude_package_data={
+        "riverbed.protocol": ["*.c", "*.pyx", "*.pxd"],
+        "riverbed.tiering": ["*.c", "*.pyx"],
+    },
+    ext_modules=cythonize(
+        COMPILED, include_path=["platform/protocol"], compiler_directives={"language_level": "3"}
+    ),
 )

@@ -198,7 +198,7 @@ class BrokerNotAvailableError(KafkaError):
 
 
 class KafkaStorageError(RetriableError):
-    """KAFKA_STORAGE_ERROR: the replica's disk is offline."""
+    """KAFKA_STORAGE_ERROR: the replica's disk is offline, or the remote tier cannot be read."""
 
 
 class FetchSessionError(RetriableError):

@@ -32,6 +32,7 @@ from riverbed.client.settings import AdminSettings
 from riverbed.client.types import TopicPartition
 from riverbed.errors import (
     CoordinatorError,
+    KafkaStorageError,
     KafkaTimeoutError,
     LeadershipError,
     NetworkError,
@@ -62,6 +63,7 @@ DELETE: Final = 1
 # What a retry can fix: the request reached the wrong broker, or the network failed.
 RETRIABLE: Final = (
     LeadershipError,
+    KafkaStorageError,  # a disk, or the remote tier, unreadable for now (Kafka retries it too)
     NetworkError,
     RequestTimedOutError,
     ConnectionError,

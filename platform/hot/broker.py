@@ -295,6 +295,8 @@ class Broker:
         for topic_name, index in set(self._log_manager.partitions()) - wanted:
             # Left on disk by a topic deleted while this broker was down.
             self._log_manager.delete(topic_name, index)
+        if ctx.tiering is not None:
+            ctx.tiering.wake()  # a leadership or remote.storage.enable may be new
         ctx.metadata_applied()
 
     def _apply_role(self, partition: Partition, state: PartitionMetadata) -> None:

@@ -28,8 +28,19 @@ from cpython.object cimport PyTypeObject
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.ref cimport Py_INCREF
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
-from libc.stdint cimport INT32_MAX, INT32_MIN, int64_t, uint64_t
+from libc.stdint cimport INT32_MAX, INT32_MIN, int64_t
 from libc.string cimport memcpy
+
+from kafka_varint cimport (
+    CUT_SHORT,
+    NULL_LENGTH,
+    read_length,
+    read_varint,
+    riverbed_add_overflows,
+    riverbed_sub_overflows,
+    varint_size,
+    write_varint,
+)
 
 import inspect
 
@@ -60,32 +71,14 @@ cdef extern from *:
         Py_INCREF(value);
         *(PyObject **)((char *)instance + offset) = value;
     }
-
-    /* a + b into *sum; nonzero if it overflows int64. */
-    static int riverbed_add_overflows(int64_t a, int64_t b, int64_t *sum) {
-        return __builtin_add_overflow(a, b, sum);
-    }
-
-    /* a - b into *difference; nonzero if it overflows int64. */
-    static int riverbed_sub_overflows(int64_t a, int64_t b, int64_t *difference) {
-        return __builtin_sub_overflow(a, b, difference);
-    }
     """
     Py_ssize_t riverbed_slot_offset(object descriptor)
     object riverbed_new_empty(PyTypeObject *type)
     void riverbed_fill_slot(object instance, Py_ssize_t offset, object value)
-    bint riverbed_add_overflows(int64_t a, int64_t b, int64_t *sum) noexcept nogil
-    bint riverbed_sub_overflows(int64_t a, int64_t b, int64_t *difference) noexcept nogil
     void PyObject_GC_UnTrack(object instance)
 
-# A varint holds 64 bits in at most ten 7-bit groups; the tenth may only hold bit 63.
-cdef int VARINT_SHIFT_LAST = 63
 # The smallest header: a key length and a value length, one byte each.
 cdef Py_ssize_t HEADER_BYTES_MIN = 2
-# Read failures, returned in place of a position.
-cdef Py_ssize_t CUT_SHORT = -1
-# zigzag(-1): the length of a null key or value.
-cdef unsigned char NULL_LENGTH = 0x01
 cdef unsigned char RECORD_ATTRIBUTES = 0  # unused in v2
 
 
@@ -117,43 +110,6 @@ cdef Py_ssize_t KEY_SLOT = _slot_offset("key")
 cdef Py_ssize_t VALUE_SLOT = _slot_offset("value")
 cdef Py_ssize_t HEADERS_SLOT = _slot_offset("headers")
 cdef tuple NO_HEADERS = ()
-
-
-cdef inline Py_ssize_t read_varint(
-    const unsigned char *data, Py_ssize_t position, Py_ssize_t end, int64_t *value
-) noexcept nogil:
-    """Decode the zigzag varint at `position` (not past `end`) into `value`; return the position
-    after it, or CUT_SHORT if it runs past `end` or does not fit 64 bits."""
-    cdef uint64_t byte
-    cdef uint64_t unsigned_value = 0
-    cdef int shift = 0
-    # One byte: every record's attributes-sized fields and most lengths.
-    if position < end and data[position] < 0x80:
-        byte = data[position]
-        value[0] = <int64_t>((byte >> 1) ^ (-(byte & 1)))
-        return position + 1
-    while position < end:
-        byte = data[position]
-        position += 1
-        if shift == VARINT_SHIFT_LAST and byte > 1:
-            return CUT_SHORT
-        unsigned_value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            value[0] = <int64_t>((unsigned_value >> 1) ^ (-(unsigned_value & 1)))
-            return position
-        shift += 7
-    return CUT_SHORT
-
-
-cdef inline Py_ssize_t read_length(
-    const unsigned char *data, Py_ssize_t position, Py_ssize_t end, int64_t *length
-) noexcept nogil:
-    """Read a length varint that must leave `length` (>= -1) bytes before `end`; return the
-    position after the varint, or CUT_SHORT."""
-    position = read_varint(data, position, end, length)
-    if position == CUT_SHORT or length[0] < -1 or length[0] > end - position:
-        return CUT_SHORT
-    return position
 
 
 cdef object corrupt(str what, Py_ssize_t position):
@@ -292,29 +248,6 @@ def decode_records(tp, header, const unsigned char[::1] data not None, int64_t s
     if position != end:
         raise corrupt(f"{records_count} records end before the section does ({end})", position)
     return records
-
-
-cdef inline uint64_t zigzag(int64_t value) noexcept nogil:
-    return (<uint64_t>value << 1) ^ <uint64_t>(value >> 63)
-
-
-cdef inline Py_ssize_t varint_size(int64_t value) noexcept nogil:
-    cdef uint64_t unsigned_value = zigzag(value)
-    cdef Py_ssize_t size = 1
-    while unsigned_value > 0x7F:
-        unsigned_value >>= 7
-        size += 1
-    return size
-
-
-cdef inline unsigned char *write_varint(unsigned char *out, int64_t value) noexcept nogil:
-    cdef uint64_t unsigned_value = zigzag(value)
-    while unsigned_value > 0x7F:
-        out[0] = (unsigned_value & 0x7F) | 0x80
-        out += 1
-        unsigned_value >>= 7
-    out[0] = <unsigned char>unsigned_value
-    return out + 1
 
 
 cdef class _Field:

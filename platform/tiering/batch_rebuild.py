@@ -6,10 +6,9 @@ batch_base_offset`), so an uncompressed batch is rebuilt byte for byte and a com
 differs only in the compressor's output (the records section is compressed again with the
 batch's codec). The CRC is computed over the rebuilt bytes.
 
-Records are written by the protocol's compiled encoder (records_fast.append_records), which
-numbers offset deltas 0, 1, ...: that is every batch but those compaction thinned out, whose
-records keep their original, gapped deltas and are written here, in Python (a path only
-compacted topics take).
+Records are written by the compiled riverbed.tiering.records_columns straight from the Arrow
+columns' buffers, each with its own offset delta (`offset - batch_base_offset`), so batches
+that compaction thinned out keep their gaps.
 """
 
 from __future__ import annotations
@@ -18,14 +17,12 @@ import bisect
 import dataclasses
 import itertools
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import crc32c
 import pyarrow as pa
 import pyarrow.compute as pc
 from riverbed.protocol.compression import CompressionType, compress
-from riverbed.protocol.record_types import Headers
-from riverbed.protocol.records_fast import append_records
 from riverbed.protocol.records_header import (
     ATTRIBUTES_POSITION,
     COMPRESSION_CODEC_MASK,
@@ -36,14 +33,14 @@ from riverbed.protocol.records_header import (
     RECORD_BATCH_OVERHEAD,
 )
 from riverbed.tiering.arrow_schema import BATCH_COLUMNS
+from riverbed.tiering.records_columns import (
+    BinaryColumn,
+    Int32Column,
+    Int64Column,
+    RowGroupColumns,
+)
 
-# key, value, headers, timestamp_ms: what append_records takes per record.
-RecordRow = tuple[bytes | None, bytes | None, Headers, int]
-
-_NO_HEADERS: Headers = ()
 _CRC = struct.Struct(">I")
-# A record's attributes byte: unused in v2, always written as 0.
-_RECORD_ATTRIBUTES = b"\x00"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -64,12 +61,6 @@ class _Batch:
     end_row: int
     last_record_offset: int
 
-    @property
-    def gapped(self) -> bool:
-        """Compaction removed some of its records. Otherwise its offsets are all there: they
-        are strictly increasing within [base offset, last offset] (checked when tiered)."""
-        return self.last_offset_delta != self.end_row - self.first_row - 1
-
 
 # _batches_of fills a _Batch's fields from the batch columns by position.
 _FIELD_COLUMNS = [f"batch_{field.name}" for field in dataclasses.fields(_Batch)]
@@ -82,9 +73,10 @@ class RowGroupBatches:
     a sequential reader rebuilds one row group over several fetches."""
 
     def __init__(self, rows: pa.Table) -> None:
-        self._rows = rows
+        rows = rows.combine_chunks()
         self._batches = _batches_of(rows)
         self._last_record_offsets = [batch.last_record_offset for batch in self._batches]
+        self._columns = _columns(rows) if rows.num_rows else None
 
     def append_to(self, out: bytearray, start_offset: int, max_bytes: int) -> bool:
         """Append to `out` the rebuilt batches holding records at or above `start_offset`,
@@ -96,15 +88,10 @@ class RowGroupBatches:
         its last offset reaches it: a consumer would skip it anyway."""
         first = bisect.bisect_left(self._last_record_offsets, start_offset)
         chosen = _within(self._batches[first:], max_bytes - len(out), at_least_one=not out)
-        if not chosen:
+        if not chosen or self._columns is None:
             return first < len(self._batches)
-        window = self._rows.slice(chosen[0].first_row, chosen[-1].end_row - chosen[0].first_row)
-        records = _records(window)
-        offsets = window.column("offset").to_pylist() if any(b.gapped for b in chosen) else []
-        shift = chosen[0].first_row
         for batch in chosen:
-            span = slice(batch.first_row - shift, batch.end_row - shift)
-            rebuilt = _encode(batch, records[span], offsets[span])
+            rebuilt = _encode(batch, self._columns)
             # A recompressed batch may come out a few bytes larger than it was in the log.
             if out and len(out) + len(rebuilt) > max_bytes:
                 return True
@@ -136,43 +123,40 @@ def _within(batches: Sequence[_Batch], room_bytes: int, *, at_least_one: bool) -
     return list(batches[:count])
 
 
-def _records(window: pa.Table) -> list[RecordRow]:
-    """The rows of `window` as append_records takes them, with each record's own timestamp."""
-    timestamps = pc.add(
-        window.column("batch_base_timestamp"), window.column("record_timestamp_delta")
-    )
-    return list(
-        zip(
-            window.column("key").to_pylist(),
-            window.column("value").to_pylist(),
-            _headers(window.column("headers").combine_chunks()),
-            timestamps.to_pylist(),
-            strict=True,
-        )
-    )
-
-
-def _headers(column: pa.ListArray) -> Iterator[Headers]:
-    pairs = column.flatten()
-    if len(pairs) == 0:  # the common case: no record has a header
-        return itertools.repeat(_NO_HEADERS, len(column))
-    keys = pairs.field("key").to_pylist()
-    values = pairs.field("value").to_pylist()
-    ends = list(itertools.accumulate(pc.list_value_length(column).to_pylist()))
-    starts = [0, *ends[:-1]]
-    return (
-        tuple(zip(keys[start:end], values[start:end], strict=True)) if end > start else _NO_HEADERS
-        for start, end in zip(starts, ends, strict=True)
+def _columns(rows: pa.Table) -> RowGroupColumns:
+    """The rebuild's columns of `rows` (one chunk each), for the compiled encoder to read in
+    place."""
+    headers = rows.column("headers").chunk(0)
+    pairs = headers.values
+    return RowGroupColumns(
+        _int64(rows.column("offset").chunk(0)),
+        _int64(rows.column("record_timestamp_delta").chunk(0)),
+        _binary(rows.column("key").chunk(0)),
+        _binary(rows.column("value").chunk(0)),
+        _int32(headers.offsets),
+        _binary(pairs.field("key")),
+        _binary(pairs.field("value")),
     )
 
 
-def _encode(batch: _Batch, records: list[RecordRow], offsets: list[int]) -> bytes:
-    """The batch with these records; `offsets` (theirs) are only read if it is gapped."""
+def _int64(array: pa.Array) -> Int64Column:
+    return Int64Column(array.buffers()[1], array.offset, len(array))
+
+
+def _int32(array: pa.Array) -> Int32Column:
+    return Int32Column(array.buffers()[1], array.offset, len(array))
+
+
+def _binary(array: pa.Array) -> BinaryColumn:
+    validity, offsets, data = array.buffers()
+    return BinaryColumn(validity if array.null_count else None, offsets, data, array.offset)
+
+
+def _encode(batch: _Batch, columns: RowGroupColumns) -> bytearray:
+    """The batch, rebuilt from its rows."""
+    records = batch.end_row - batch.first_row
     body = bytearray(RECORD_BATCH_OVERHEAD)
-    if batch.gapped:
-        _append_gapped_records(body, records, batch, offsets)
-    else:
-        append_records(body, records, batch.base_timestamp)
+    columns.append_records(body, batch.base_offset, batch.first_row, records)
     codec = CompressionType(batch.attributes & COMPRESSION_CODEC_MASK)
     if codec == CompressionType.NONE:
         out = body
@@ -194,43 +178,7 @@ def _encode(batch: _Batch, records: list[RecordRow], offsets: list[int]) -> byte
         batch.producer_id,
         batch.producer_epoch,
         batch.base_sequence,
-        len(records),
+        records,
     )
     _CRC.pack_into(out, CRC_POSITION, crc32c.crc32c(memoryview(out)[ATTRIBUTES_POSITION:]))
-    return bytes(out)
-
-
-def _append_gapped_records(
-    body: bytearray, records: list[RecordRow], batch: _Batch, offsets: list[int]
-) -> None:
-    """The records section of a compacted batch: each record keeps its offset delta."""
-    for (key, value, headers, timestamp_ms), offset in zip(records, offsets, strict=True):
-        record = bytearray(_RECORD_ATTRIBUTES)
-        _append_varint(record, timestamp_ms - batch.base_timestamp)
-        _append_varint(record, offset - batch.base_offset)
-        _append_field(record, key)
-        _append_field(record, value)
-        _append_varint(record, len(headers))
-        for header_key, header_value in headers:
-            _append_field(record, header_key.encode())
-            _append_field(record, header_value)
-        _append_varint(body, len(record))
-        body += record
-
-
-def _append_field(out: bytearray, data: bytes | None) -> None:
-    """A length-prefixed field; length -1 for null."""
-    if data is None:
-        _append_varint(out, -1)
-    else:
-        _append_varint(out, len(data))
-        out += data
-
-
-def _append_varint(out: bytearray, value: int) -> None:
-    """Kafka's zigzag varint (varlong for 64-bit fields): 7 bits a byte, low bits first."""
-    unsigned = ((value << 1) ^ (value >> 63)) & 0xFFFF_FFFF_FFFF_FFFF
-    while unsigned > 0x7F:
-        out.append(unsigned & 0x7F | 0x80)
-        unsigned >>= 7
-    out.append(unsigned)
+    return out

@@ -2,10 +2,11 @@
 local disk they no longer need.
 
 For each partition led here with `remote.storage.enable=true`, every round:
-1. On a new leader epoch, read the latest manifest and clean up copies left unfinished by an
-   earlier leader or a crash (COPY_STARTED -> DELETE_STARTED -> object deleted -> dropped), so
-   the partition's remote log has no half-written segment and the next upload starts where the
-   last finished one ended.
+1. On a new leader epoch, read the latest manifest, commit a version at this epoch (which
+   fences the previous leader's late writes from then on), and clean up copies left unfinished
+   by an earlier leader or a crash (COPY_STARTED -> DELETE_STARTED -> object deleted ->
+   dropped), so the partition's remote log has no half-written segment and the next upload
+   starts where the last finished one ended.
 2. Upload: the batches of the oldest sealed segment from the manifest's end offset on, when all
    of that segment is below the high watermark (committed: identical on every replica), become
    one Parquet object: COPY_STARTED is committed first (so a crash leaves a record of the
@@ -28,6 +29,7 @@ import os
 import tempfile
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -52,6 +54,9 @@ log = logging.getLogger(__name__)
 
 # Segments uploaded per partition per round, so one partition's backlog cannot starve others.
 UPLOADS_PER_ROUND_MAX = 4
+# Segments converted ahead of the upload in progress: two use both cores; each holds at most
+# two row groups in memory (parquet_codec).
+CONVERSIONS_AHEAD_MAX = 2
 # After a failed round a partition waits, doubling, up to the max (store down: few retries).
 RETRY_BACKOFF_MS = 1_000
 RETRY_BACKOFF_MAX_MS = 30_000
@@ -106,6 +111,7 @@ class Offloader:
         self._now_ms = now_ms
         self._states: dict[tuple[str, int], _PartitionState] = {}
         self._task: asyncio.Task[None] | None = None
+        self._woken = asyncio.Event()
         self.status = TieringStatus()
 
     def start(self) -> None:
@@ -125,14 +131,27 @@ class Offloader:
         state = self._states.get((topic, partition))
         return None if state is None else state.manifest
 
+    def wake(self) -> None:
+        """Run the next round now, not at the end of the interval: the broker calls it when
+        partitions' roles or topics' configs change (a new leadership, tiering turned on)."""
+        self._woken.set()
+
     async def _run(self) -> None:
         while True:
-            await self.run_once()
-            await asyncio.sleep(self._settings.task_interval_ms / 1000)
+            backlog = await self.run_once()
+            # A partition with more sealed segments than one round uploads goes on at once:
+            # waiting out the interval between rounds would let the backlog outgrow ingest.
+            if not backlog:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._settings.task_interval_ms / 1000):
+                        await self._woken.wait()
+            self._woken.clear()
 
-    async def run_once(self) -> None:
-        """One round over every partition this broker leads."""
+    async def run_once(self) -> bool:
+        """One round over every partition this broker leads; True if a partition has sealed
+        segments left to upload that this round had no room for."""
         led = set()
+        backlog = False
         for partition in list(self._partitions):
             config = self._topic_config(partition.topic)
             if not partition.is_leader or config is None or not config.remote_storage_enable:
@@ -149,12 +168,13 @@ class Offloader:
             if state.fenced or time.monotonic() < state.retry_at_s:
                 continue
             try:
-                await self._tier(partition, config, state)
+                backlog |= await self._tier(partition, config, state)
                 state.failures = 0
             except (ObjectStoreError, KafkaError, ManifestError, OSError) as error:
                 self._failed(partition, state, error)
         for key in set(self._states) - led:
             del self._states[key]
+        return backlog
 
     def _failed(self, partition: Partition, state: _PartitionState, error: Exception) -> None:
         self.status.upload_failures += 1
@@ -178,28 +198,82 @@ class Offloader:
 
     async def _tier(
         self, partition: Partition, config: TopicConfig, state: _PartitionState
-    ) -> None:
+    ) -> bool:
+        """Upload what is due, then apply retention; True if segments are left to upload."""
         if state.manifest is None:
             state.manifest = await self._clean_unfinished(state)
-        for _ in range(UPLOADS_PER_ROUND_MAX):
-            if not partition.is_leader or partition.leader_epoch != state.leader_epoch:
-                return
-            log_ = partition.log
-            batches = log_.sealed_batches_from(state.manifest.end_offset, log_.high_watermark)
-            if batches is None:
-                break
-            try:
-                state.manifest = await self._upload(partition, state, batches)
-            finally:
-                os.close(batches.fd)
+        left = await self._upload_sealed(partition, state)
         self._update_backlog(partition, state.manifest)
         state.manifest = await self._apply_total_retention(partition, config, state)
         self._apply_local_retention(partition.log, config, state.manifest)
+        return left
+
+    async def _upload_sealed(self, partition: Partition, state: _PartitionState) -> bool:
+        """Upload up to UPLOADS_PER_ROUND_MAX sealed segments in offset order, converting up to
+        CONVERSIONS_AHEAD_MAX of the next ones meanwhile (worker threads: Parquet encoding
+        releases the GIL, so they use both cores while the store is waited on). True if the
+        round stopped with segments left."""
+        assert state.manifest is not None
+        pending: deque[asyncio.Task[_Converted]] = deque()
+        next_offset = state.manifest.end_offset
+        try:
+            for upload in range(UPLOADS_PER_ROUND_MAX):
+                while len(pending) < min(CONVERSIONS_AHEAD_MAX, UPLOADS_PER_ROUND_MAX - upload):
+                    batches = self._sealed_from(partition, state, next_offset)
+                    if batches is None:
+                        break
+                    pending.append(
+                        asyncio.get_running_loop().create_task(
+                            self._convert(partition, batches), name=f"tiering-convert-{partition}"
+                        )
+                    )
+                    next_offset = batches.last_offset + 1
+                if not pending:
+                    return False
+                with await pending.popleft() as converted:
+                    state.manifest = await self._upload(partition, state, converted)
+            return self._sealed_from(partition, state, next_offset, close=True) is not None
+        finally:
+            for converting in pending:
+                # Let the worker thread finish with the file it writes before it is removed.
+                await asyncio.wait([converting])
+                if not converting.cancelled() and converting.exception() is None:
+                    converting.result().close()
+
+    def _sealed_from(
+        self, partition: Partition, state: _PartitionState, offset: int, *, close: bool = False
+    ) -> SealedBatches | None:
+        """The sealed segment holding `offset`, if it is wholly below the high watermark and
+        this broker still leads at the epoch (its fd closed with `close`: only asking)."""
+        if not partition.is_leader or partition.leader_epoch != state.leader_epoch:
+            return None
+        batches = partition.log.sealed_batches_from(offset, partition.log.high_watermark)
+        if batches is not None and close:
+            os.close(batches.fd)
+        return batches
+
+    async def _convert(self, partition: Partition, batches: SealedBatches) -> _Converted:
+        work = tempfile.TemporaryDirectory(dir=self._settings.work_dir)
+        path = Path(work.name) / "segment.parquet"
+        try:
+            summary = await asyncio.get_running_loop().run_in_executor(
+                self._executor, _to_parquet, batches, partition.topic, partition.index, path
+            )
+        except BaseException:
+            work.cleanup()
+            raise
+        finally:
+            os.close(batches.fd)
+        return _Converted(batches, summary, path, work)
 
     async def _clean_unfinished(self, state: _PartitionState) -> Manifest:
         manifest = await state.metadata.latest()
         unfinished = [s.key for s in manifest.segments if s.state is not SegmentState.COPY_FINISHED]
         if not unfinished:
+            if manifest.version > 0 and manifest.leader_epoch < state.leader_epoch:
+                # Claim the manifest for this epoch now, unchanged: from here on a deposed
+                # leader's late write is fenced, even before this leader has uploaded anything.
+                manifest = await state.metadata.commit(state.leader_epoch, lambda m: m)
             return manifest
         manifest = await state.metadata.commit(
             state.leader_epoch,
@@ -211,40 +285,35 @@ class Offloader:
         return await state.metadata.commit(state.leader_epoch, lambda m: m.without(unfinished))
 
     async def _upload(
-        self, partition: Partition, state: _PartitionState, batches: SealedBatches
+        self, partition: Partition, state: _PartitionState, converted: _Converted
     ) -> Manifest:
-        loop = asyncio.get_running_loop()
-        with tempfile.TemporaryDirectory(dir=self._settings.work_dir) as work:
-            path = Path(work) / "segment.parquet"
-            summary = await loop.run_in_executor(
-                self._executor, _convert, batches, partition.topic, partition.index, path
+        batches, summary, path = converted.batches, converted.summary, converted.path
+        if summary.base_offset != batches.base_offset:
+            raise KafkaError(
+                ErrorCode.CORRUPT_MESSAGE,
+                f"{partition}: segment data starts at {summary.base_offset}, "
+                f"expected {batches.base_offset}",
             )
-            if summary.base_offset != batches.base_offset:
-                raise KafkaError(
-                    ErrorCode.CORRUPT_MESSAGE,
-                    f"{partition}: segment data starts at {summary.base_offset}, "
-                    f"expected {batches.base_offset}",
-                )
-            key = segment_key(
-                partition.topic,
-                partition.index,
-                batches.base_offset,
-                batches.last_offset,
-                uuid.uuid4().hex,
-            )
-            segment = RemoteSegment(
-                key=key,
-                base_offset=batches.base_offset,
-                last_offset=batches.last_offset,
-                size_bytes=path.stat().st_size,
-                records=summary.records,
-                min_timestamp_ms=summary.min_timestamp_ms,
-                max_timestamp_ms=summary.max_timestamp_ms,
-                leader_epoch=state.leader_epoch,
-                state=SegmentState.COPY_STARTED,
-            )
-            await state.metadata.commit(state.leader_epoch, lambda m: m.with_copy_started(segment))
-            await self._store.put_file(key, path)
+        key = segment_key(
+            partition.topic,
+            partition.index,
+            batches.base_offset,
+            batches.last_offset,
+            uuid.uuid4().hex,
+        )
+        segment = RemoteSegment(
+            key=key,
+            base_offset=batches.base_offset,
+            last_offset=batches.last_offset,
+            size_bytes=path.stat().st_size,
+            records=summary.records,
+            min_timestamp_ms=summary.min_timestamp_ms,
+            max_timestamp_ms=summary.max_timestamp_ms,
+            leader_epoch=state.leader_epoch,
+            state=SegmentState.COPY_STARTED,
+        )
+        await state.metadata.commit(state.leader_epoch, lambda m: m.with_copy_started(segment))
+        await self._store.put_file(key, path)
         manifest = await state.metadata.commit(
             state.leader_epoch, lambda m: m.with_state([key], SegmentState.COPY_FINISHED)
         )
@@ -343,7 +412,27 @@ def _local_limit(local: int, total: int) -> int:
     return total if local == FROM_TOTAL_RETENTION else local
 
 
-def _convert(batches: SealedBatches, topic: str, partition: int, path: Path) -> SegmentSummary:
+@dataclass
+class _Converted:
+    """A sealed segment converted to a Parquet file in a temporary directory of its own, which
+    `close()` (or leaving the `with` block) removes."""
+
+    batches: SealedBatches  # its fd already closed
+    summary: SegmentSummary
+    path: Path
+    work: tempfile.TemporaryDirectory[str]
+
+    def __enter__(self) -> _Converted:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.work.cleanup()
+
+
+def _to_parquet(batches: SealedBatches, topic: str, partition: int, path: Path) -> SegmentSummary:
     """In a worker thread: map the segment's bytes (no copy) and write the Parquet file."""
     with mmap.mmap(batches.fd, 0, access=mmap.ACCESS_READ) as mapped:
         view = memoryview(mapped)[batches.position : batches.position + batches.size_bytes]

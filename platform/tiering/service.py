@@ -11,25 +11,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 from riverbed.configs import BrokerConfig, TopicConfig
 from riverbed.hot.partitions import Partition, PartitionManager
+from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.tiering.chunk_cache import ChunkCache
-from riverbed.tiering.manifest import Manifest
+from riverbed.tiering.manifest import Manifest, ManifestError
 from riverbed.tiering.offloader import Offloader, TieringSettings
 from riverbed.tiering.remote_metadata import RemoteMetadata
 from riverbed.tiering.segment_readers import SegmentReaders
-from riverbed.tiering.store import ObjectStore
+from riverbed.tiering.store import ObjectStore, ObjectStoreError
 from riverbed.tiering.stores import open_store
 
 log = logging.getLogger(__name__)
 
-# Threads converting segments and rebuilding batches: Parquet work releases the GIL, and two
-# keep one busy while the other waits on the store.
-TIERING_THREADS = 2
+# Threads converting segments (offloader.CONVERSIONS_AHEAD_MAX run at once) and, apart so that
+# a cold read never queues behind a conversion, threads rebuilding batches for cold reads.
+# Parquet work releases the GIL: two of each can use both cores.
+CONVERSION_THREADS = 2
+COLD_READ_THREADS = 2
 
 
 class TieredStorage:
@@ -47,7 +51,8 @@ class TieredStorage:
         self._partitions = partitions
         self._topic_config = topic_config
         self._now_ms = now_ms
-        self._executor = ThreadPoolExecutor(TIERING_THREADS, thread_name_prefix="tiering")
+        self._conversions = ThreadPoolExecutor(CONVERSION_THREADS, thread_name_prefix="tiering")
+        self._cold_reads = ThreadPoolExecutor(COLD_READ_THREADS, thread_name_prefix="cold-read")
         self._store: ObjectStore | None = None
         self._cache: ChunkCache | None = None
         self._readers: SegmentReaders | None = None
@@ -70,7 +75,7 @@ class TieredStorage:
             self._store,
             self._partitions,
             self._topic_config,
-            self._executor,
+            self._conversions,
             TieringSettings(
                 task_interval_ms=self._config.remote_log_manager_task_interval_ms,
                 work_dir=self._data_dir / ".tiering",
@@ -87,7 +92,8 @@ class TieredStorage:
             await asyncio.to_thread(self._readers.close)
         if self._cache is not None:
             await asyncio.to_thread(self._cache.close)
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        for executor in (self._conversions, self._cold_reads):
+            executor.shutdown(wait=True, cancel_futures=True)
         if self._store is not None:
             await self._store.close()
 
@@ -96,13 +102,18 @@ class TieredStorage:
         assert self._offloader is not None, "TieredStorage.start() first"
         return self._offloader
 
+    def wake(self) -> None:
+        """Tier now (Offloader.wake); nothing before start()."""
+        if self._offloader is not None:
+            self._offloader.wake()
+
     def enabled_for(self, topic: str) -> bool:
         config = self._topic_config(topic)
         return config is not None and config.remote_storage_enable
 
     async def manifest(self, partition: Partition) -> Manifest:
         """The partition's manifest: the offloader's when it has one, else read (and kept for
-        the current leader epoch)."""
+        the current leader epoch). KafkaError(KAFKA_STORAGE_ERROR) if it cannot be read."""
         loaded = self.offloader.manifest_of(partition.topic, partition.index)
         if loaded is not None:
             return loaded
@@ -111,21 +122,33 @@ class TieredStorage:
         if manifest is None:
             assert self._store is not None
             metadata = RemoteMetadata(self._store, partition.topic, partition.index)
-            manifest = await metadata.latest()
+            with _storage_errors(partition):
+                manifest = await metadata.latest()
             self._read_manifests = {
                 k: v for k, v in self._read_manifests.items() if k[:2] != key[:2]
             }
             self._read_manifests[key] = manifest
         return manifest
 
-    def log_start_offset(self, partition: Partition) -> int:
+    def known_log_start_offset(self, partition: Partition) -> int:
+        """The first offset of the partition's whole log as far as a manifest already in
+        memory tells (the local log start when none is): for what is informational, such as
+        a fetch response's log_start_offset. Decisions use `log_start_offset`."""
+        key = (partition.topic, partition.index)
+        manifest = self.offloader.manifest_of(*key) or self._read_manifests.get(
+            (*key, partition.leader_epoch)
+        )
+        return _log_start_offset(partition, manifest)
+
+    async def log_start_offset(self, partition: Partition) -> int:
         """The first offset of the partition's whole log: the remote log start when tiered
-        segments hold offsets below the local log start."""
-        local = partition.log.log_start_offset
-        manifest = self.offloader.manifest_of(partition.topic, partition.index)
-        if manifest is None or not manifest.finished():
-            return local
-        return min(local, manifest.log_start_offset)
+        segments hold offsets below the local log start. Reads the manifest if the offloader
+        has not loaded it yet (just after a restart or a leader change): the local log start
+        would send consumers past every tiered record. KafkaError(KAFKA_STORAGE_ERROR) if the
+        manifest is needed and cannot be read."""
+        if partition.log.log_start_offset == 0:
+            return 0  # nothing can be below: no need to ask the store (it may be down)
+        return _log_start_offset(partition, await self.manifest(partition))
 
     async def read(self, partition: Partition, offset: int, max_bytes: int) -> bytes | None:
         """Whole batches from the remote tier starting with the one holding `offset` (at least
@@ -137,13 +160,14 @@ class TieredStorage:
         readers = self._readers
         assert readers is not None
         start = max(offset, segment.base_offset)
-        return await asyncio.get_running_loop().run_in_executor(
-            self._executor,
-            readers.use,
-            segment.key,
-            segment.size_bytes,
-            lambda reader: reader.read_batches(start, max_bytes),
-        )
+        with _storage_errors(partition):
+            return await asyncio.get_running_loop().run_in_executor(
+                self._cold_reads,
+                readers.use,
+                segment.key,
+                segment.size_bytes,
+                lambda reader: reader.read_batches(start, max_bytes),
+            )
 
     async def offset_for_timestamp(
         self, partition: Partition, timestamp_ms: int
@@ -159,13 +183,34 @@ class TieredStorage:
         for segment in manifest.finished():
             if segment.max_timestamp_ms < timestamp_ms or segment.next_offset <= start:
                 continue
-            found: tuple[int, int] | None = await asyncio.get_running_loop().run_in_executor(
-                self._executor,
-                readers.use,
-                segment.key,
-                segment.size_bytes,
-                lambda reader: reader.first_offset_at_or_after(timestamp_ms, start),
-            )
+            with _storage_errors(partition):
+                found: tuple[int, int] | None = await asyncio.get_running_loop().run_in_executor(
+                    self._cold_reads,
+                    readers.use,
+                    segment.key,
+                    segment.size_bytes,
+                    lambda reader: reader.first_offset_at_or_after(timestamp_ms, start),
+                )
             if found is not None:
                 return found
         return None
+
+
+def _log_start_offset(partition: Partition, manifest: Manifest | None) -> int:
+    local = partition.log.log_start_offset
+    if manifest is None or not manifest.finished():
+        return local
+    return min(local, manifest.log_start_offset)
+
+
+@contextmanager
+def _storage_errors(partition: Partition) -> Iterator[None]:
+    """A store that failed after its retries, or an object or manifest that cannot be read,
+    as Kafka's KAFKA_STORAGE_ERROR (retriable: the client asks again), logged once here."""
+    try:
+        yield
+    except (ObjectStoreError, ManifestError, OSError) as error:
+        log.warning("%s: remote tier unavailable: %s", partition, error)
+        raise KafkaError(
+            ErrorCode.KAFKA_STORAGE_ERROR, f"{partition}: remote tier unavailable: {error}"
+        ) from error

@@ -593,7 +593,11 @@ def test_a_flipped_byte_is_refused_naming_the_batch(tmp_path: Path) -> None:
         ),
         (
             lambda data: restamp(encode_batch(records(0, 3)), last_offset_delta=1),
-            "batch at offset 0: record offset 2 is outside its batch",
+            r"batch at offset 0 .*record offset delta 2 is not .* within the batch \(0\.\.1\)",
+        ),
+        (
+            lambda data: kafka_python_batch([0, 4, 4], 0, base_offset=10, last_offset_delta=5),
+            r"batch at offset 10 .*record offset delta 4 is not above the record before \(4\)",
         ),
         (
             lambda data: restamp(encode_batch(records(0, 3)), records_count=0),
@@ -604,7 +608,15 @@ def test_a_flipped_byte_is_refused_naming_the_batch(tmp_path: Path) -> None:
             "batch at offset 0 .*record 3 of 4 is cut short",
         ),
     ],
-    ids=["cut", "trailing-bytes", "overlap", "record-outside", "no-records", "count-wrong"],
+    ids=[
+        "cut",
+        "trailing-bytes",
+        "overlap",
+        "record-outside",
+        "record-repeated",
+        "no-records",
+        "count-wrong",
+    ],
 )
 def test_a_damaged_segment_is_refused(
     tmp_path: Path, damage: Callable[[bytes], bytes], message: str

@@ -70,10 +70,17 @@ class BrokerContext:
                 self._applied_waiters.discard(waiter)
         return True
 
-    def log_start_offset(self, partition: Partition) -> int:
+    async def log_start_offset(self, partition: Partition) -> int:
         """Where the partition's log starts for clients: below the local log once tiered."""
         if self.tiering is not None and self.tiering.enabled_for(partition.topic):
-            return self.tiering.log_start_offset(partition)
+            return await self.tiering.log_start_offset(partition)
+        return partition.log.log_start_offset
+
+    def known_log_start_offset(self, partition: Partition) -> int:
+        """log_start_offset as far as known without reading the object store (informational
+        fields only)."""
+        if self.tiering is not None and self.tiering.enabled_for(partition.topic):
+            return self.tiering.known_log_start_offset(partition)
         return partition.log.log_start_offset
 
     def topic_applied(self, name: str) -> bool:

@@ -170,7 +170,7 @@ def _read_partition(
         max_offset = partition_log.high_watermark
     data.high_watermark = partition_log.high_watermark
     data.last_stable_offset = partition_log.high_watermark
-    data.log_start_offset = ctx.log_start_offset(partition)
+    data.log_start_offset = ctx.known_log_start_offset(partition)
     max_bytes = min(wanted.partition_max_bytes, budget_bytes)
     if max_bytes <= 0 and not first_non_empty:
         return None
@@ -207,14 +207,13 @@ def _goes_remote(
     partition = ctx.partitions.get(read.topic, wanted.partition)
     if partition is None or not ctx.tiering.enabled_for(read.topic):
         return False
-    start = ctx.log_start_offset(partition)
-    if not start <= wanted.fetch_offset < partition.log.log_start_offset:
-        return False
+    if wanted.fetch_offset >= partition.log.log_start_offset:
+        return False  # past the end: out of range
+    # Below the local log: whether the remote tier holds it is for _read_remote to say.
     read.remote_offset = wanted.fetch_offset
     read.remote_max_bytes = max(min(wanted.partition_max_bytes, budget_bytes), 0)
     read.data.high_watermark = partition.log.high_watermark
     read.data.last_stable_offset = partition.log.high_watermark
-    read.data.log_start_offset = start
     return True
 
 
@@ -227,6 +226,7 @@ async def _read_remote(ctx: BrokerContext, reads: list[_PartitionRead]) -> None:
             read.data.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
             continue
         try:
+            read.data.log_start_offset = await ctx.tiering.log_start_offset(partition)
             batches = await ctx.tiering.read(partition, read.remote_offset, read.remote_max_bytes)
         except KafkaError as error:
             read.data.error_code = error.code

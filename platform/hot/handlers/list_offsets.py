@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from riverbed.hot.handlers.context import BrokerContext
+from riverbed.hot.partitions import Partition
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
 
@@ -34,29 +35,42 @@ async def _list_partition(
     except KafkaError as error:
         response.error_code = error.code
         return response
-    partition_log = partition.log
     response.leader_epoch = partition.leader_epoch
+    try:
+        await _answer(ctx, topic, partition, wanted.timestamp, response)
+    except KafkaError as error:  # the remote tier could not be read: the client retries
+        response.error_code = error.code
+    return response
+
+
+async def _answer(
+    ctx: BrokerContext,
+    topic: str,
+    partition: Partition,
+    timestamp: int,
+    response: PartitionResponse,
+) -> None:
+    partition_log = partition.log
     if partition.high_watermark_behind_epoch():
         # Retriable: answering the stale HW would send a "latest" consumer back in the log.
         response.error_code = ErrorCode.OFFSET_NOT_AVAILABLE
-    elif wanted.timestamp == LATEST_TIMESTAMP:
+    elif timestamp == LATEST_TIMESTAMP:
         # Both isolation levels see the high watermark: there are no open transactions yet.
         response.offset = partition_log.high_watermark
-    elif wanted.timestamp == EARLIEST_TIMESTAMP:
-        response.offset = ctx.log_start_offset(partition)
-    elif wanted.timestamp == MAX_TIMESTAMP:
+    elif timestamp == EARLIEST_TIMESTAMP:
+        response.offset = await ctx.log_start_offset(partition)
+    elif timestamp == MAX_TIMESTAMP:
         found = partition_log.max_timestamp_offset()
         if found is not None:
             response.offset, response.timestamp = found
-    elif wanted.timestamp < 0:
+    elif timestamp < 0:
         response.error_code = ErrorCode.INVALID_REQUEST
     else:
         at: tuple[int, int] | None = None
         if ctx.tiering is not None and ctx.tiering.enabled_for(topic):
             # The remote tier holds the oldest records: it is searched first.
-            at = await ctx.tiering.offset_for_timestamp(partition, wanted.timestamp)
+            at = await ctx.tiering.offset_for_timestamp(partition, timestamp)
         if at is None:
-            at = partition_log.offset_for_timestamp(wanted.timestamp)
+            at = partition_log.offset_for_timestamp(timestamp)
         if at is not None and at[0] < partition_log.high_watermark:
             response.offset, response.timestamp = at
-    return response
