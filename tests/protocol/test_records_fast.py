@@ -10,10 +10,8 @@ never a crash, another exception or a leak.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import gc
-import mmap
 import random
 import struct
 import tracemalloc
@@ -46,6 +44,8 @@ from riverbed.protocol.records import (
 from riverbed.protocol.records import Record as ReferenceRecord
 from riverbed.protocol.records_fast import append_records, decode_records
 
+from tests.support.guarded_buffer import GuardedBuffer
+
 TP = TopicPartition("topic", 7)
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
@@ -62,27 +62,6 @@ base_timestamps = st.sampled_from([-1, 0, TIMESTAMP_MS]) | st.integers(-1, 1 << 
 # Deltas up to 2**60 either way: varlongs of up to nine bytes, never past int64.
 timestamp_deltas = st.integers(-(1 << 60), 1 << 60) | st.integers(-300, 300)
 record_lists = st.lists(st.tuples(fields, fields, header_lists, timestamp_deltas), max_size=25)
-
-
-class GuardedBuffer:
-    """Holds bytes right before an unreadable page: reading one byte past them is a segfault,
-    so an over-read crashes the test instead of passing unseen."""
-
-    def __init__(self, size_bytes_max: int) -> None:
-        page_bytes = mmap.PAGESIZE
-        self._end = -(-size_bytes_max // page_bytes) * page_bytes
-        self._map = mmap.mmap(-1, self._end + page_bytes)
-        address = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
-        libc = ctypes.CDLL(None, use_errno=True)
-        no_access = 0
-        if libc.mprotect(ctypes.c_void_p(address + self._end), page_bytes, no_access) != 0:
-            raise OSError(ctypes.get_errno(), "mprotect")
-
-    def hold(self, data: bytes) -> memoryview:
-        if len(data) > self._end:
-            raise ValueError(f"{len(data)} bytes do not fit {self._end}")
-        self._map[self._end - len(data) : self._end] = data
-        return memoryview(self._map)[self._end - len(data) : self._end]
 
 
 GUARDED = GuardedBuffer(size_bytes_max=1 << 20)
