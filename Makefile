@@ -10,7 +10,7 @@ SOURCES := $(shell find platform spark -type f \( -name '*.py' -o -name '*.pyx' 
 .PHONY: run test lint typecheck bench clean setup setup-test
 
 run: setup
-	$(VENV)/bin/riverbed cluster up --brokers 3 --data-dir ./.riverbed
+	$(VENV)/bin/riverbed cluster up --brokers 3 --data-dir ./.riverbed --demo-topic demo
 
 test: setup-test
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)

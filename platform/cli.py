@@ -22,7 +22,14 @@ from riverbed.client.admin import Admin
 from riverbed.client.consumer import Consumer
 from riverbed.client.producer import Producer
 from riverbed.client.types import Record, TopicPartition
-from riverbed.cluster import COLD_TIER_DIR, DEFAULT_PORT_BASE, ClusterError, ClusterSpec
+from riverbed.cluster import (
+    COLD_TIER_DIR,
+    DEFAULT_PORT_BASE,
+    DEMO_PARTITIONS,
+    DEMO_REPLICATION_FACTOR_MAX,
+    ClusterError,
+    ClusterSpec,
+)
 from riverbed.cluster import run as run_cluster
 from riverbed.configs import BrokerConfig, parse_properties
 from riverbed.coordination.embedded_zk import ZooKeeperNotInstalledError, ZooKeeperStartError
@@ -38,8 +45,6 @@ EXIT_USAGE = 2
 EXIT_FAILURE = 1
 # `riverbed consume` without --idle-timeout-ms: how long one poll waits (it loops forever).
 CONSUME_POLL_MS = 1000
-# `cluster up`'s banner suggests a topic replicated this widely (Kafka's usual production value).
-DEMO_REPLICATION_FACTOR_MAX = 3
 
 
 class CliError(Exception):
@@ -124,6 +129,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     up.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="a setting for every broker"
+    )
+    up.add_argument(
+        "--demo-topic",
+        metavar="NAME",
+        help="create this topic (tiered: remote.storage.enable=true) unless it exists",
     )
     up.set_defaults(command=_cluster_up)
 
@@ -244,6 +254,7 @@ def _cluster_up(args: argparse.Namespace) -> int:
         port_base=args.port_base,
         zookeeper_connect=args.zookeeper,
         settings=_parse_pairs(args.set, "--set"),
+        demo_topic=args.demo_topic,
     )
 
     def announce(zookeeper_connect: str) -> None:
@@ -259,19 +270,27 @@ def _cluster_banner(spec: ClusterSpec, zookeeper_connect: str) -> str:
     replicas = min(spec.broker_count, DEMO_REPLICATION_FACTOR_MAX)
     # Any one broker is enough to bootstrap from: clients learn the others from its metadata.
     server = f"--bootstrap-server {spec.bootstrap.split(',')[0]}"
+    topic = spec.demo_topic or "demo"
+    demo = create = ""
+    if spec.demo_topic is not None:
+        demo = f"  demo topic:        {topic} (tiered to the cold tier)\n"
+    else:
+        create = (
+            f"  .venv/bin/riverbed topics create {topic} --partitions {DEMO_PARTITIONS} "
+            f"--replication-factor {replicas} \\\n"
+            f"      --config remote.storage.enable=true {server}\n"
+        )
     return f"""
 Riverbed is running: {spec.broker_count} broker(s).
   bootstrap servers: {spec.bootstrap}
   zookeeper:         {zookeeper_connect}
   state:             {data_dir}  (broker logs: {data_dir}/broker-<id>.log)
   cold tier:         {spec.settings.get("remote.storage.url", f"file://{data_dir / COLD_TIER_DIR}")}
-Try it (in another terminal):
-  .venv/bin/riverbed topics create demo --partitions 3 --replication-factor {replicas} \
-      --config remote.storage.enable=true {server}
-  .venv/bin/riverbed topics describe demo {server}
-  seq 1 5 | .venv/bin/riverbed produce demo {server}
-  .venv/bin/riverbed consume demo --from-beginning --max 5 {server}
-  (or any Kafka client, e.g. kcat -C -b {spec.bootstrap} -t demo -e)
+{demo}Try it (in another terminal):
+{create}  .venv/bin/riverbed topics describe {topic} {server}
+  seq 1 5 | .venv/bin/riverbed produce {topic} {server}
+  .venv/bin/riverbed consume {topic} --from-beginning --max 5 {server}
+  (or any Kafka client, e.g. kcat -C -b {spec.bootstrap} -t {topic} -e)
 Press Ctrl-C to stop.
 """
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Final
 
+from riverbed.client.admin import Admin
 from riverbed.client.connection import BrokerConnection
 from riverbed.configs import BrokerConfig
 from riverbed.coordination.embedded_zk import EmbeddedZooKeeper, die_with_parent
@@ -74,6 +75,11 @@ class ClusterError(Exception):
 
 # Where `cluster up` keeps the tiered segments unless --set remote.storage.url says otherwise.
 COLD_TIER_DIR = "cold"
+# `--demo-topic` (what `make run` creates): tiered, and replicated as widely as Kafka usually is.
+DEMO_PARTITIONS: Final = 3
+DEMO_REPLICATION_FACTOR_MAX: Final = 3
+DEMO_TOPIC_CONFIGS: Final = {"remote.storage.enable": "true"}
+DEMO_TOPIC_TIMEOUT_MS: Final = 60_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +92,7 @@ class ClusterSpec:
     port_base: int = DEFAULT_PORT_BASE
     zookeeper_connect: str | None = None
     settings: Mapping[str, str] = field(default_factory=dict)
+    demo_topic: str | None = None  # created (tiered) once the brokers are up, if missing
 
     def __post_init__(self) -> None:
         if self.broker_count < 1:
@@ -227,6 +234,8 @@ class _Supervisor:
                     await broker.start()
                 if not await self._wait_registered():
                     return EXIT_OK  # stopped during startup
+                if self.spec.demo_topic is not None:
+                    await self._ensure_demo_topic(self.spec.demo_topic)
                 on_ready(zookeeper_connect)
                 status = await self._supervise()
                 stopped_cleanly = await self._stop_brokers()
@@ -334,6 +343,23 @@ class _Supervisor:
         return True
 
     # -- running and stopping -----------------------------------------------------------------
+    async def _ensure_demo_topic(self, name: str) -> None:
+        """Create the demo topic, tiered, unless it exists (a second `make run` keeps it)."""
+        async with Admin(
+            bootstrap_servers=self.spec.bootstrap, request_timeout_ms=DEMO_TOPIC_TIMEOUT_MS
+        ) as admin:
+            try:
+                if name in await admin.list_topics():
+                    return
+                await admin.create_topic(
+                    name,
+                    partitions=DEMO_PARTITIONS,
+                    replication_factor=min(self.spec.broker_count, DEMO_REPLICATION_FACTOR_MAX),
+                    configs=DEMO_TOPIC_CONFIGS,
+                )
+            except KafkaError as error:
+                raise ClusterError(f"cannot create the demo topic {name!r}: {error}") from error
+
     async def _supervise(self) -> int:
         """Until asked to stop: restart brokers that exit. 0, or 1 after a crash loop."""
         stop = asyncio.create_task(self._stop.wait(), name="cluster-stop")

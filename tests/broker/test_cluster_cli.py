@@ -325,20 +325,24 @@ async def _listed_by(address: str, expected: set[int]) -> bool:
     return await registered_brokers(address) == expected
 
 
-async def test_cluster_up_tiers_to_a_directory_under_its_data_dir(tmp_path: Path) -> None:
+async def test_cluster_up_tiers_its_demo_topic_to_a_directory_under_its_data_dir(
+    tmp_path: Path,
+) -> None:
+    """What `make run` runs: the demo topic is created tiered, to the embedded cold tier."""
     data_dir = tmp_path / "cluster"
     with cluster_up(tmp_path, "--brokers", "1", "--data-dir", str(data_dir),
-                    "--port-base", str(free_port_base(1)),
+                    "--port-base", str(free_port_base(1)), "--demo-topic", "demo",
                     "--set", "remote.log.manager.task.interval.ms=200") as cluster:  # fmt: skip
         bootstrap = cluster.wait_for_bootstrap()
         assert f"cold tier:         file://{data_dir.resolve()}/cold" in cluster.output()
-        configs = {
-            "remote.storage.enable": "true",
-            "segment.bytes": "16384",
-            "local.retention.bytes": "1",
-        }
+        assert "demo topic:        demo (tiered to the cold tier)" in cluster.output()
         async with Admin(bootstrap_servers=bootstrap) as admin:
-            await admin.create_topic("demo", partitions=1, replication_factor=1, configs=configs)
+            assert (await admin.describe_configs("demo"))["remote.storage.enable"].value == "true"
+            assert len((await admin.describe_topic("demo")).partitions) == 3
+            # Small segments, none kept locally once uploaded: it tiers within the test.
+            await admin.alter_configs(
+                "demo", set={"segment.bytes": "16384", "local.retention.bytes": "1"}
+            )
         async with Producer(bootstrap_servers=bootstrap, linger_ms=5) as producer:
             for i in range(2_000):
                 await producer.send("demo", b"%d" % i * 20, partition=0)
