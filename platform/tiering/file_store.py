@@ -24,7 +24,7 @@ import os
 import shutil
 import stat
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final, TypeVar
 
@@ -92,6 +92,19 @@ class FileStore:
     async def list(self, prefix: str) -> builtins.list[ObjectInfo]:
         check_prefix(prefix)
         return await self._run("list", prefix, lambda: self._list(prefix))
+
+    async def abort_unfinished(self, prefix: str) -> int:
+        check_prefix(prefix)
+
+        def remove() -> int:
+            temporaries = [
+                path for path, _ in self._walk(prefix) if path.name.endswith(TEMP_SUFFIX)
+            ]
+            for path in temporaries:
+                path.unlink(missing_ok=True)
+            return len(temporaries)
+
+        return await self._run("abort_unfinished", prefix, remove)
 
     async def delete(self, key: str) -> None:
         path = self._path(key)
@@ -197,6 +210,21 @@ class FileStore:
             os.close(fd)
 
     def _list(self, prefix: str) -> builtins.list[ObjectInfo]:
+        found = []
+        for path, key in self._walk(prefix):
+            if path.name.endswith(TEMP_SUFFIX):
+                continue
+            try:
+                info = path.stat()
+            except FileNotFoundError:  # deleted since the walk saw it
+                continue
+            if stat.S_ISREG(info.st_mode):
+                found.append(ObjectInfo(key, info.st_size))
+        return sorted(found, key=lambda info: info.key)
+
+    def _walk(self, prefix: str) -> Iterator[tuple[Path, str]]:
+        """(path, key) of every file whose key starts with `prefix`, temporary ones included."""
+
         def unreadable(error: OSError) -> None:
             # A directory that vanished holds nothing; one we cannot read must not look empty.
             if not isinstance(error, FileNotFoundError):
@@ -204,22 +232,12 @@ class FileStore:
 
         # Walk only the deepest directory the prefix names, then filter by the whole prefix.
         top = self._root.joinpath(*prefix.split("/")[:-1])
-        found = []
         for directory, _, names in os.walk(top, onerror=unreadable):
             for name in names:
-                if name.endswith(TEMP_SUFFIX):
-                    continue
                 path = Path(directory, name)
                 key = path.relative_to(self._root).as_posix()
-                if not key.startswith(prefix):
-                    continue
-                try:
-                    info = path.stat()
-                except FileNotFoundError:  # deleted since the walk saw it
-                    continue
-                if stat.S_ISREG(info.st_mode):
-                    found.append(ObjectInfo(key, info.st_size))
-        return sorted(found, key=lambda info: info.key)
+                if key.startswith(prefix):
+                    yield path, key
 
 
 def _writer(data: bytes) -> Callable[[Path], None]:

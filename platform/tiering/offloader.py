@@ -44,6 +44,7 @@ from riverbed.tiering.manifest import (
     ManifestError,
     RemoteSegment,
     SegmentState,
+    partition_prefix,
     segment_key,
 )
 from riverbed.tiering.parquet_codec import SegmentSummary, segment_to_parquet
@@ -268,6 +269,13 @@ class Offloader:
 
     async def _clean_unfinished(self, state: _PartitionState) -> Manifest:
         manifest = await state.metadata.latest()
+        # Multipart uploads (or temporary files) of copies that died mid-write: not objects,
+        # so no manifest entry points at them, but their parts are stored (and billed).
+        left = await self._store.abort_unfinished(
+            f"{partition_prefix(state.metadata.topic, state.metadata.partition)}segments/"
+        )
+        if left:
+            log.info("%s: removed %d unfinished uploads", state.metadata.topic, left)
         unfinished = [s.key for s in manifest.segments if s.state is not SegmentState.COPY_FINISHED]
         if not unfinished:
             if manifest.version > 0 and manifest.leader_epoch < state.leader_epoch:

@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from types_aiobotocore_s3.client import S3Client
     from types_aiobotocore_s3.type_defs import (
         CompletedPartTypeDef,
+        ListMultipartUploadsOutputTypeDef,
+        ListMultipartUploadsRequestTypeDef,
         ListObjectsV2OutputTypeDef,
         ListObjectsV2RequestTypeDef,
     )
@@ -318,6 +320,24 @@ class S3Store:
             "delete", key, lambda client: client.delete_object(Bucket=self._bucket, Key=s3_key)
         )
 
+    async def abort_unfinished(self, prefix: str) -> int:
+        check_prefix(prefix)
+        uploads: builtins.list[tuple[str, str]] = []
+        after: tuple[str, str] | None = None
+        while True:
+            page = await self._call(
+                "abort_unfinished (list multipart uploads)",
+                prefix,
+                functools.partial(self._uploads_page, prefix=prefix, after=after),
+            )
+            uploads += [(upload["Key"], upload["UploadId"]) for upload in page.get("Uploads", [])]
+            if not page.get("IsTruncated"):
+                break
+            after = (page.get("NextKeyMarker", ""), page.get("NextUploadIdMarker", ""))
+        for s3_key, upload_id in uploads:
+            await self._abort_multipart(s3_key[len(self._root) :], s3_key, upload_id)
+        return len(uploads)
+
     async def close(self) -> None:
         async with self._opening:
             self._closed = True
@@ -343,6 +363,18 @@ class S3Store:
         if token is not None:
             request["ContinuationToken"] = token
         return client.list_objects_v2(**request)
+
+    def _uploads_page(
+        self, client: S3Client, *, prefix: str, after: tuple[str, str] | None
+    ) -> Awaitable[ListMultipartUploadsOutputTypeDef]:
+        request: ListMultipartUploadsRequestTypeDef = {
+            "Bucket": self._bucket,
+            "Prefix": self._root + prefix,
+            "MaxUploads": self._settings.list_max_keys,
+        }
+        if after is not None:
+            request["KeyMarker"], request["UploadIdMarker"] = after
+        return client.list_multipart_uploads(**request)
 
     async def _put_multipart(self, key: str, s3_key: str, path: Path, size_bytes: int) -> None:
         # Bigger parts when the configured size would need more than S3's 10,000.

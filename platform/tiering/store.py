@@ -87,4 +87,11 @@ class ObjectStore(Protocol):
         """Delete `key`; deleting an absent key succeeds (so retries are safe)."""
         ...
 
+    async def abort_unfinished(self, prefix: str) -> int:
+        """Remove what writes under `prefix` that never finished left behind (S3: multipart
+        uploads neither completed nor aborted, whose parts are stored and billed; a directory:
+        temporary files), and return how many. Only for a prefix no write is in flight under:
+        a write it catches fails (and may be retried)."""
+        ...
+
     async def close(self) -> None: ...

@@ -132,6 +132,13 @@ class MotoServer:
         listing = self._client().list_multipart_uploads(Bucket=bucket)
         return [upload["Key"] for upload in listing.get("Uploads", [])]
 
+    def start_multipart_upload(self, bucket: str, key: str) -> str:
+        """A multipart upload with one part, left unfinished (as by a writer that died)."""
+        client = self._client()
+        upload_id: str = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+        client.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=1, Body=b"x")
+        return upload_id
+
     def put_object(self, bucket: str, key: str, body: bytes) -> None:
         self._client().put_object(Bucket=bucket, Key=key, Body=body)
 

@@ -246,6 +246,24 @@ async def test_s3_a_failed_multipart_upload_is_aborted(
     assert server.keys(bucket) == []
 
 
+async def test_s3_uploads_left_unfinished_under_a_prefix_are_aborted(
+    moto_server: MotoServer, s3_bucket: str
+) -> None:
+    for key in ("p/t/0/segments/a", "p/t/0/segments/b", "p/t/1/segments/a", "t/0/segments/a"):
+        moto_server.start_multipart_upload(s3_bucket, key)
+    store = open_store(f"s3://{s3_bucket}/p", moto_server.settings(list_max_keys="1"), environ={})
+    try:
+        assert await store.abort_unfinished("t/0/segments/") == 2  # over two pages
+        assert await store.abort_unfinished("t/0/segments/") == 0
+    finally:
+        await store.close()
+    # Only those under the store's root and the prefix.
+    assert sorted(moto_server.multipart_uploads(s3_bucket)) == [
+        "p/t/1/segments/a",
+        "t/0/segments/a",
+    ]
+
+
 async def test_s3_calls_fail_within_their_bound_while_the_server_is_down_then_recover(
     moto_server_factory: MotoServerFactory,
 ) -> None:
@@ -453,8 +471,14 @@ async def test_file_store_hides_and_leaves_no_temporary_files(tmp_path: Path) ->
         *(store.put_if_absent("t/c", b"3") for _ in range(5)),
     )
     assert not list(tmp_path.rglob(f"*{TEMP_SUFFIX}"))
-    # One left by a crash (a writer killed before its rename) is not an object.
+    # One left by a crash (a writer killed before its rename) is not an object, and goes when
+    # the unfinished writes under its prefix are aborted.
     (tmp_path / "t" / f".0123abcd{TEMP_SUFFIX}").write_bytes(b"half")
+    (tmp_path / "u").mkdir()
+    (tmp_path / "u" / f".4567cdef{TEMP_SUFFIX}").write_bytes(b"half")
+    assert [info.key for info in await store.list("t/")] == ["t/a", "t/b", "t/c"]
+    assert await store.abort_unfinished("t/") == 1
+    assert [p.name for p in tmp_path.rglob(f"*{TEMP_SUFFIX}")] == [f".4567cdef{TEMP_SUFFIX}"]
     assert [info.key for info in await store.list("t/")] == ["t/a", "t/b", "t/c"]
     with pytest.raises(ObjectStoreError, match="put_file 't/d'"):
         await store.put_file("t/d", tmp_path / "no-such-source")
