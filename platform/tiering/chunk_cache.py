@@ -108,10 +108,11 @@ class ChunkCache:
                 self._pending[(key, index)] = future
         try:
             data = future.result(CHUNK_WAIT_S)
+            self._put(key, index, data)
         finally:
+            # Only now: a reader arriving meanwhile waits for this fetch instead of its own.
             with self._lock:
                 self._pending.pop((key, index), None)
-        self._put(key, index, data)
         return data
 
     def _fetch(self, key: str, index: int) -> Future[bytes]:
