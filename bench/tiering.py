@@ -32,10 +32,10 @@ from typing import Any
 from bench.consumers import CONSUME_BATCH_MAX, riverbed_consumer
 from bench.kafka_clients import end_offset
 from bench.options import BenchOptions, BenchResult, Headline, Ratio
-from bench.procs import Broker, ProcessFailed, zookeeper
+from bench.procs import Broker, ProcessFailed, cpu_seconds, zookeeper
 
 NAME = "tiering"
-RECORDS_FULL = 1_000_000
+RECORDS_FULL = 2_000_000
 RECORDS_QUICK = 100_000
 BATCH_BYTES = 1_000_000
 # Ingest topics: Kafka's default segment.bytes (1 GiB) would seal nothing of this dataset
@@ -95,7 +95,7 @@ def run(options: BenchOptions) -> BenchResult:
             bucket = moto.create_bucket("riverbed-bench")
             s3_settings = {"remote.storage.url": f"s3://{bucket}/cold", **moto.settings()}
             measured["s3"] = with_broker(
-                options, scratch_dir / "s3", s3_settings, ingest, values, None
+                options, scratch_dir / "s3", s3_settings, ingest, values, None, moto.pid
             )
         finally:
             moto.stop()
@@ -109,9 +109,10 @@ def with_broker(
     ingest: dict[str, str],
     values: list[bytes],
     store_dir: Path | None,
+    store_pid: int | None = None,
 ) -> dict[str, Any]:
     """One broker tiering to one store: everything with a file:// store (`store_dir`), only
-    ingest and tiering throughput with S3."""
+    ingest and tiering throughput with S3 (whose server's CPU is measured: `store_pid`)."""
     data_dir = scratch_dir / "broker-data"
     data_dir.mkdir(parents=True)
     settings = {
@@ -126,7 +127,12 @@ def with_broker(
         try:
             broker.start(BROKER_START_TIMEOUT_S)
             if store_dir is None:
-                measured = asyncio.run(measure_tiering_only(broker, data_dir, ingest, values))
+                processes = {"broker": broker.pid}
+                if store_pid is not None:
+                    processes["store server"] = store_pid
+                measured = asyncio.run(
+                    measure_tiering_only(broker.bootstrap, data_dir, ingest, values, processes)
+                )
             else:
                 measured = asyncio.run(measure(broker, data_dir, store_dir, ingest, values))
             broker.terminate()
@@ -157,20 +163,26 @@ async def measure(
     measured["hot_fetch"] = await consume(bootstrap, "ingest", values)
     await wait_tiered(data_dir / "cold-0")
     measured["cold_fetch"] = await consume(bootstrap, "cold", values)
-    measured["tiering"] = await tier_now(bootstrap, data_dir / "ingest-0", "ingest")
+    broker_pid = {"broker": broker.pid}
+    measured["tiering"] = await tier_now(bootstrap, data_dir / "ingest-0", "ingest", broker_pid)
     measured["tiering"]["object_bytes"] = objects_bytes(store_dir / "ingest")
-    measured["tiering_zstd"] = await tier_now(bootstrap, data_dir / "ingest-zstd-0", "ingest-zstd")
+    measured["tiering_zstd"] = await tier_now(
+        bootstrap, data_dir / "ingest-zstd-0", "ingest-zstd", broker_pid
+    )
     measured["tiering_zstd"]["object_bytes"] = objects_bytes(store_dir / "ingest-zstd")
     return measured
 
 
 async def measure_tiering_only(
-    broker: Broker, data_dir: Path, ingest: dict[str, str], values: list[bytes]
+    bootstrap: str,
+    data_dir: Path,
+    ingest: dict[str, str],
+    values: list[bytes],
+    processes: dict[str, int],
 ) -> dict[str, Any]:
-    bootstrap = broker.bootstrap
     await create_topics(bootstrap, {"ingest": ingest})
     measured: dict[str, Any] = {"produce": await produce(bootstrap, "ingest", values, "none")}
-    measured["tiering"] = await tier_now(bootstrap, data_dir / "ingest-0", "ingest")
+    measured["tiering"] = await tier_now(bootstrap, data_dir / "ingest-0", "ingest", processes)
     return measured
 
 
@@ -203,9 +215,12 @@ async def produce(bootstrap: str, topic: str, values: list[bytes], codec: str) -
     return {"records_per_s": len(values) / elapsed_s, "elapsed_s": elapsed_s}
 
 
-async def tier_now(bootstrap: str, partition_dir: Path, topic: str) -> dict[str, Any]:
+async def tier_now(
+    bootstrap: str, partition_dir: Path, topic: str, processes: dict[str, int]
+) -> dict[str, Any]:
     """Turn tiering on for a produced topic and time the broker until its sealed segments are
-    uploaded and deleted locally."""
+    uploaded and deleted locally; with the CPU seconds `processes` (name: pid) used meanwhile
+    (the machine has two cores: what the store's server uses, the broker cannot)."""
     from riverbed.client.admin import Admin
 
     segments = sorted(partition_dir.glob("*.log"))
@@ -214,16 +229,19 @@ async def tier_now(bootstrap: str, partition_dir: Path, topic: str) -> dict[str,
     if records == 0:
         raise ProcessFailed(f"{topic}: no sealed segment to tier")
     segment_bytes = sum(s.stat().st_size for s in sealed)
+    cpu_before = {name: cpu_seconds(pid) for name, pid in processes.items()}
     async with Admin(bootstrap_servers=bootstrap) as admin:
         started = time.perf_counter()
         await admin.alter_configs(topic, set=TIER_NOW)
     elapsed_s = await wait_tiered(partition_dir, started)
+    cpu_s = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in processes.items()}
     return {
         "records": records,
         "records_per_s": records / elapsed_s,
         "elapsed_s": elapsed_s,
         "segments": len(sealed),
         "segment_bytes": segment_bytes,
+        "cpu_s": cpu_s,
     }
 
 

@@ -53,9 +53,11 @@ from riverbed.tiering.store import ObjectStore, ObjectStoreError
 
 log = logging.getLogger(__name__)
 
-# Segments uploaded per partition per round, so one partition's backlog cannot starve others.
-UPLOADS_PER_ROUND_MAX = 4
-# Segments converted ahead of the upload in progress: two use both cores; each holds at most
+# Segment bytes uploaded per partition per round (at least one segment), so one partition's
+# backlog cannot starve the others: a few seconds of work. By bytes, not segments: segment.bytes
+# ranges from a few MiB to 1 GiB.
+UPLOAD_BYTES_PER_ROUND_MAX = 1024 * 1024 * 1024
+# Segments converted while the one before is uploaded: two use both cores; each holds at most
 # two row groups in memory (parquet_codec).
 CONVERSIONS_AHEAD_MAX = 2
 # After a failed round a partition waits, doubling, up to the max (store down: few retries).
@@ -210,30 +212,41 @@ class Offloader:
         return left
 
     async def _upload_sealed(self, partition: Partition, state: _PartitionState) -> bool:
-        """Upload up to UPLOADS_PER_ROUND_MAX sealed segments in offset order, converting up to
-        CONVERSIONS_AHEAD_MAX of the next ones meanwhile (worker threads: Parquet encoding
-        releases the GIL, so they use both cores while the store is waited on). True if the
-        round stopped with segments left."""
+        """Upload sealed segments in offset order, up to UPLOAD_BYTES_PER_ROUND_MAX of them
+        (at least one), converting up to CONVERSIONS_AHEAD_MAX of the next ones meanwhile
+        (worker threads: Parquet encoding releases the GIL, so they use both cores while the
+        store is waited on). True if the round stopped with segments left."""
         assert state.manifest is not None
         pending: deque[asyncio.Task[_Converted]] = deque()
         next_offset = state.manifest.end_offset
-        try:
-            for upload in range(UPLOADS_PER_ROUND_MAX):
-                while len(pending) < min(CONVERSIONS_AHEAD_MAX, UPLOADS_PER_ROUND_MAX - upload):
-                    batches = self._sealed_from(partition, state, next_offset)
-                    if batches is None:
-                        break
-                    pending.append(
-                        asyncio.get_running_loop().create_task(
-                            self._convert(partition, batches), name=f"tiering-convert-{partition}"
-                        )
+        budget_bytes = UPLOAD_BYTES_PER_ROUND_MAX
+
+        def convert_ahead() -> None:
+            nonlocal next_offset, budget_bytes
+            while len(pending) < CONVERSIONS_AHEAD_MAX and budget_bytes > 0:
+                batches = self._sealed_from(partition, state, next_offset)
+                if batches is None:
+                    return
+                pending.append(
+                    asyncio.get_running_loop().create_task(
+                        self._convert(partition, state, batches),
+                        name=f"tiering-convert-{partition}",
                     )
-                    next_offset = batches.last_offset + 1
+                )
+                next_offset = batches.last_offset + 1
+                budget_bytes -= batches.size_bytes
+
+        try:
+            while True:
+                convert_ahead()
                 if not pending:
-                    return False
+                    left = self._sealed_from(partition, state, next_offset, close=True)
+                    return budget_bytes <= 0 and left is not None
                 with await pending.popleft() as converted:
-                    state.manifest = await self._upload(partition, state, converted)
-            return self._sealed_from(partition, state, next_offset, close=True) is not None
+                    convert_ahead()  # its thread is free: the next one starts before the upload
+                    state.manifest = await self._upload(
+                        partition, state, converted, _ready(pending)
+                    )
         finally:
             for converting in pending:
                 # Let the worker thread finish with the file it writes before it is removed.
@@ -253,19 +266,44 @@ class Offloader:
             os.close(batches.fd)
         return batches
 
-    async def _convert(self, partition: Partition, batches: SealedBatches) -> _Converted:
+    async def _convert(
+        self, partition: Partition, state: _PartitionState, batches: SealedBatches
+    ) -> _Converted:
         work = tempfile.TemporaryDirectory(dir=self._settings.work_dir)
         path = Path(work.name) / "segment.parquet"
         try:
             summary = await asyncio.get_running_loop().run_in_executor(
                 self._executor, _to_parquet, batches, partition.topic, partition.index, path
             )
+            if summary.base_offset != batches.base_offset:
+                raise KafkaError(
+                    ErrorCode.CORRUPT_MESSAGE,
+                    f"{partition}: segment data starts at {summary.base_offset}, "
+                    f"expected {batches.base_offset}",
+                )
         except BaseException:
             work.cleanup()
             raise
         finally:
             os.close(batches.fd)
-        return _Converted(batches, summary, path, work)
+        segment = RemoteSegment(
+            key=segment_key(
+                partition.topic,
+                partition.index,
+                batches.base_offset,
+                batches.last_offset,
+                uuid.uuid4().hex,
+            ),
+            base_offset=batches.base_offset,
+            last_offset=batches.last_offset,
+            size_bytes=path.stat().st_size,
+            records=summary.records,
+            min_timestamp_ms=summary.min_timestamp_ms,
+            max_timestamp_ms=summary.max_timestamp_ms,
+            leader_epoch=state.leader_epoch,
+            state=SegmentState.COPY_STARTED,
+        )
+        return _Converted(segment, path, work)
 
     async def _clean_unfinished(self, state: _PartitionState) -> Manifest:
         manifest = await state.metadata.latest()
@@ -293,38 +331,27 @@ class Offloader:
         return await state.metadata.commit(state.leader_epoch, lambda m: m.without(unfinished))
 
     async def _upload(
-        self, partition: Partition, state: _PartitionState, converted: _Converted
+        self,
+        partition: Partition,
+        state: _PartitionState,
+        converted: _Converted,
+        following: _Converted | None,
     ) -> Manifest:
-        batches, summary, path = converted.batches, converted.summary, converted.path
-        if summary.base_offset != batches.base_offset:
-            raise KafkaError(
-                ErrorCode.CORRUPT_MESSAGE,
-                f"{partition}: segment data starts at {summary.base_offset}, "
-                f"expected {batches.base_offset}",
-            )
-        key = segment_key(
-            partition.topic,
-            partition.index,
-            batches.base_offset,
-            batches.last_offset,
-            uuid.uuid4().hex,
-        )
-        segment = RemoteSegment(
-            key=key,
-            base_offset=batches.base_offset,
-            last_offset=batches.last_offset,
-            size_bytes=path.stat().st_size,
-            records=summary.records,
-            min_timestamp_ms=summary.min_timestamp_ms,
-            max_timestamp_ms=summary.max_timestamp_ms,
-            leader_epoch=state.leader_epoch,
-            state=SegmentState.COPY_STARTED,
-        )
-        await state.metadata.commit(state.leader_epoch, lambda m: m.with_copy_started(segment))
-        await self._store.put_file(key, path)
-        manifest = await state.metadata.commit(
-            state.leader_epoch, lambda m: m.with_state([key], SegmentState.COPY_FINISHED)
-        )
+        """Upload `converted` (COPY_STARTED committed first unless it already is), then commit
+        its COPY_FINISHED together with the COPY_STARTED of `following`, the next segment if it
+        is converted already: one manifest write per segment instead of two."""
+        segment = converted.segment
+        if not converted.started:
+            await state.metadata.commit(state.leader_epoch, lambda m: m.with_copy_started(segment))
+        await self._store.put_file(segment.key, converted.path)
+
+        def finish(manifest: Manifest) -> Manifest:
+            manifest = manifest.with_state([segment.key], SegmentState.COPY_FINISHED)
+            return manifest if following is None else manifest.with_copy_started(following.segment)
+
+        manifest = await state.metadata.commit(state.leader_epoch, finish)
+        if following is not None:
+            following.started = True
         self.status.uploaded_segments += 1
         log.info(
             "%s: tiered offsets %d..%d (%d records, %d bytes) as %s",
@@ -333,7 +360,7 @@ class Offloader:
             segment.last_offset,
             segment.records,
             segment.size_bytes,
-            key,
+            segment.key,
         )
         return manifest
 
@@ -423,12 +450,13 @@ def _local_limit(local: int, total: int) -> int:
 @dataclass
 class _Converted:
     """A sealed segment converted to a Parquet file in a temporary directory of its own, which
-    `close()` (or leaving the `with` block) removes."""
+    `close()` (or leaving the `with` block) removes; `started` once its COPY_STARTED is
+    committed."""
 
-    batches: SealedBatches  # its fd already closed
-    summary: SegmentSummary
+    segment: RemoteSegment
     path: Path
     work: tempfile.TemporaryDirectory[str]
+    started: bool = False
 
     def __enter__(self) -> _Converted:
         return self
@@ -438,6 +466,13 @@ class _Converted:
 
     def close(self) -> None:
         self.work.cleanup()
+
+
+def _ready(pending: deque[asyncio.Task[_Converted]]) -> _Converted | None:
+    """The next converted segment, if its conversion is done and succeeded."""
+    if not pending or not pending[0].done() or pending[0].cancelled():
+        return None
+    return None if pending[0].exception() is not None else pending[0].result()
 
 
 def _to_parquet(batches: SealedBatches, topic: str, partition: int, path: Path) -> SegmentSummary:

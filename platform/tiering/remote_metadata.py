@@ -31,6 +31,9 @@ class RemoteMetadata:
         self.topic = topic
         self.partition = partition
         self._manifest_prefix = f"{partition_prefix(topic, partition)}manifest/"
+        # The last version read or written here: versions are immutable, so when a listing's
+        # highest version is this one, its GET can be skipped.
+        self._known: Manifest | None = None
 
     async def versions(self) -> list[int]:
         infos = await self._store.list(self._manifest_prefix)
@@ -46,6 +49,8 @@ class RemoteMetadata:
         versions = await self.versions()
         if not versions:
             return Manifest.empty(self.topic, self.partition)
+        if self._known is not None and self._known.version == versions[-1]:
+            return self._known
         key = manifest_key(self.topic, self.partition, versions[-1])
         manifest = Manifest.from_json(await self._store.get(key), f"{self._store.url}/{key}")
         if (manifest.topic, manifest.partition, manifest.version) != (
@@ -57,6 +62,7 @@ class RemoteMetadata:
                 ErrorCode.KAFKA_STORAGE_ERROR,
                 f"{key} holds {manifest.topic}-{manifest.partition} v{manifest.version}",
             )
+        self._known = manifest
         return manifest
 
     async def commit(self, leader_epoch: int, change: Callable[[Manifest], Manifest]) -> Manifest:
@@ -73,6 +79,7 @@ class RemoteMetadata:
             updated = change(current).next_version(leader_epoch)
             key = manifest_key(self.topic, self.partition, updated.version)
             if await self._store.put_if_absent(key, updated.to_json()):
+                self._known = updated
                 await self._prune(updated.version)
                 return updated
             logger.info(

@@ -72,6 +72,12 @@ class MotoServer:
         return f"http://{HOST}:{self.port}"
 
     @property
+    def pid(self) -> int:
+        if self._process is None:
+            raise RuntimeError("the moto server was never started")
+        return self._process.pid
+
+    @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
