@@ -79,6 +79,8 @@ class _PartitionState:
     metadata: RemoteMetadata
     leader_epoch: int
     manifest: Manifest | None = None  # None until loaded and cleaned at this epoch
+    # Where the uploaded offsets end, as last known (0: nothing known to be uploaded).
+    uploaded_end: int = 0
     failures: int = 0
     retry_at_s: float = 0.0
     fenced: bool = False
@@ -187,7 +189,11 @@ class Offloader:
             log.warning("%s: tiering fenced: %s", partition, error)
             return
         state.failures += 1
+        if state.manifest is not None:
+            state.uploaded_end = state.manifest.finished_end_offset
         state.manifest = None  # re-read: a commit may have landed before the failure
+        # The store may have failed before this round measured anything.
+        self._update_backlog(partition, state.uploaded_end)
         backoff_ms = min(RETRY_BACKOFF_MS * 2 ** (state.failures - 1), RETRY_BACKOFF_MAX_MS)
         state.retry_at_s = time.monotonic() + backoff_ms / 1000
         log.warning(
@@ -206,7 +212,8 @@ class Offloader:
         if state.manifest is None:
             state.manifest = await self._clean_unfinished(state)
         left = await self._upload_sealed(partition, state)
-        self._update_backlog(partition, state.manifest)
+        state.uploaded_end = state.manifest.finished_end_offset
+        self._update_backlog(partition, state.uploaded_end)
         state.manifest = await self._apply_total_retention(partition, config, state)
         self._apply_local_retention(partition.log, config, state.manifest)
         return left
@@ -364,10 +371,12 @@ class Offloader:
         )
         return manifest
 
-    def _update_backlog(self, partition: Partition, manifest: Manifest) -> None:
-        end = manifest.finished_end_offset
+    def _update_backlog(self, partition: Partition, uploaded_end: int) -> None:
+        """The bytes of sealed local segments not (known to be) uploaded."""
         waiting = sum(
-            s.size_bytes for s in partition.log.segment_stats() if s.sealed and s.next_offset > end
+            s.size_bytes
+            for s in partition.log.segment_stats()
+            if s.sealed and s.next_offset > uploaded_end
         )
         self.status.backlog_bytes[(partition.topic, partition.index)] = waiting
 
