@@ -145,6 +145,10 @@ class MotoServer:
         client.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=1, Body=b"x")
         return upload_id
 
+    def get_object(self, bucket: str, key: str) -> bytes:
+        body: bytes = self._client().get_object(Bucket=bucket, Key=key)["Body"].read()
+        return body
+
     def put_object(self, bucket: str, key: str, body: bytes) -> None:
         self._client().put_object(Bucket=bucket, Key=key, Body=body)
 
