@@ -290,6 +290,9 @@ BROKER_ONLY_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
               "led here is tiered (uploads, local retention)", at_least(1)),
     ConfigDef("remote.fetch.cache.bytes", _T.LONG, 1073741824, "on-disk cache of object chunks "
               "read for cold fetches", at_least(8 * 1024 * 1024)),
+    ConfigDef("remote.log.orphan.grace.ms", _T.LONG, 600000, "age past which a data object no "
+              "manifest points at (a deposed leader's late upload) is deleted; longer than any "
+              "upload takes", at_least(0)),
 )  # fmt: skip
 
 _BROKER_SYNONYMS: Final = {d.broker_synonym: d for d in TOPIC_CONFIG_DEFS if d.broker_synonym}
@@ -434,6 +437,7 @@ class BrokerConfig:
     remote_storage_url: str | None
     remote_log_manager_task_interval_ms: int
     remote_fetch_cache_bytes: int
+    remote_log_orphan_grace_ms: int
     # Broker-level defaults of topic configs (see TOPIC_CONFIG_DEFS' broker_synonym).
     log_cleanup_policy: tuple[str, ...]
     compression_type: str

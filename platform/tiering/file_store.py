@@ -219,7 +219,7 @@ class FileStore:
             except FileNotFoundError:  # deleted since the walk saw it
                 continue
             if stat.S_ISREG(info.st_mode):
-                found.append(ObjectInfo(key, info.st_size))
+                found.append(ObjectInfo(key, info.st_size, info.st_mtime_ns // 1_000_000))
         return sorted(found, key=lambda info: info.key)
 
     def _walk(self, prefix: str) -> Iterator[tuple[Path, str]]:

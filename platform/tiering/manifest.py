@@ -52,7 +52,10 @@ class RemoteSegment:
     key: str
     base_offset: int
     last_offset: int
-    size_bytes: int
+    size_bytes: int  # of the object
+    # Of the batches it holds as they were in the log: what retention.bytes counts, as in Kafka
+    # (an object is several times smaller than its batches, so its size would keep more).
+    log_bytes: int
     records: int
     min_timestamp_ms: int
     max_timestamp_ms: int
@@ -178,6 +181,7 @@ class Manifest:
                     "base_offset": s.base_offset,
                     "last_offset": s.last_offset,
                     "size_bytes": s.size_bytes,
+                    "log_bytes": s.log_bytes,
                     "records": s.records,
                     "min_timestamp_ms": s.min_timestamp_ms,
                     "max_timestamp_ms": s.max_timestamp_ms,
@@ -207,6 +211,7 @@ class Manifest:
                         base_offset=int(s["base_offset"]),
                         last_offset=int(s["last_offset"]),
                         size_bytes=int(s["size_bytes"]),
+                        log_bytes=int(s["log_bytes"]),
                         records=int(s["records"]),
                         min_timestamp_ms=int(s["min_timestamp_ms"]),
                         max_timestamp_ms=int(s["max_timestamp_ms"]),

@@ -72,6 +72,7 @@ UNLIMITED = -1
 class TieringSettings:
     task_interval_ms: int  # remote.log.manager.task.interval.ms
     work_dir: Path  # where Parquet files are built before upload
+    orphan_grace_ms: int  # remote.log.orphan.grace.ms
 
 
 @dataclass
@@ -84,6 +85,7 @@ class _PartitionState:
     failures: int = 0
     retry_at_s: float = 0.0
     fenced: bool = False
+    orphans_swept_ms: int = 0  # when the bucket was last swept for orphans (0: not yet)
 
 
 @dataclass
@@ -212,6 +214,7 @@ class Offloader:
         if state.manifest is None:
             state.manifest = await self._clean_unfinished(state)
         left = await self._upload_sealed(partition, state)
+        await self._delete_orphans(state)
         state.uploaded_end = state.manifest.finished_end_offset
         self._update_backlog(partition, state.uploaded_end)
         state.manifest = await self._apply_total_retention(partition, config, state)
@@ -261,6 +264,40 @@ class Offloader:
                 if not converting.cancelled() and converting.exception() is None:
                     converting.result().close()
 
+    async def _delete_orphans(self, state: _PartitionState) -> None:
+        """Delete data objects that no manifest entry points at and that are older than
+        remote.log.orphan.grace.ms. A leader commits COPY_STARTED before it writes an object,
+        so such an object is no live copy: it is a deposed leader's late upload, written after
+        the next leader cleaned up its COPY_STARTED entry, whose commit was fenced. The grace
+        keeps this broker, should it be deposed without knowing yet, from deleting the new
+        leader's fresh objects. A sweep lists every object of the partition, so it runs at
+        most once per grace period."""
+        now_ms = self._now_ms()
+        if now_ms - state.orphans_swept_ms < self._settings.orphan_grace_ms:
+            return
+        prefix = f"{partition_prefix(state.metadata.topic, state.metadata.partition)}segments/"
+        listed = await self._store.list(prefix)
+        latest = await state.metadata.latest()  # after the listing: it names every object listed
+        if latest.leader_epoch > state.leader_epoch:
+            return  # deposed: the new leader tidies up
+        referenced = {segment.key for segment in latest.segments}
+        state.orphans_swept_ms = now_ms
+        too_old_ms = now_ms - self._settings.orphan_grace_ms
+        orphans = [
+            info.key
+            for info in listed
+            if info.key not in referenced and info.modified_ms < too_old_ms
+        ]
+        for key in orphans:
+            await self._store.delete(key)
+        if orphans:
+            log.info(
+                "%s-%d: deleted %d orphaned objects",
+                state.metadata.topic,
+                state.metadata.partition,
+                len(orphans),
+            )
+
     def _sealed_from(
         self, partition: Partition, state: _PartitionState, offset: int, *, close: bool = False
     ) -> SealedBatches | None:
@@ -304,6 +341,7 @@ class Offloader:
             base_offset=batches.base_offset,
             last_offset=batches.last_offset,
             size_bytes=path.stat().st_size,
+            log_bytes=batches.size_bytes,
             records=summary.records,
             min_timestamp_ms=summary.min_timestamp_ms,
             max_timestamp_ms=summary.max_timestamp_ms,
@@ -391,7 +429,7 @@ class Offloader:
         finished = manifest.finished()
         local_start = partition.log.log_start_offset
         total_bytes = partition.log.size_bytes + sum(
-            s.size_bytes for s in finished if s.next_offset <= local_start
+            s.log_bytes for s in finished if s.next_offset <= local_start
         )
         now_ms = self._now_ms()
         doomed = []
@@ -402,13 +440,13 @@ class Offloader:
             )
             too_big = (
                 config.retention_bytes != UNLIMITED
-                and total_bytes - segment.size_bytes >= config.retention_bytes
+                and total_bytes - segment.log_bytes >= config.retention_bytes
             )
             if not (too_old or too_big) or segment.next_offset > partition.log.high_watermark:
                 break
             doomed.append(segment)
             if segment.next_offset <= local_start:
-                total_bytes -= segment.size_bytes
+                total_bytes -= segment.log_bytes
         if not doomed:
             return manifest
         start = doomed[-1].next_offset

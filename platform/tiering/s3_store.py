@@ -307,7 +307,8 @@ class S3Store:
                 key = entry["Key"][len(self._root) :]
                 # Keys ending in '/' are "folder" markers that consoles and tools create.
                 if key and not key.endswith("/"):
-                    found.append(ObjectInfo(key, entry["Size"]))
+                    modified_ms = int(entry["LastModified"].timestamp() * 1000)
+                    found.append(ObjectInfo(key, entry["Size"], modified_ms))
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or token is None:
                 break

@@ -79,6 +79,7 @@ class TieredStorage:
             TieringSettings(
                 task_interval_ms=self._config.remote_log_manager_task_interval_ms,
                 work_dir=self._data_dir / ".tiering",
+                orphan_grace_ms=self._config.remote_log_orphan_grace_ms,
             ),
             self._now_ms,
         )

@@ -12,7 +12,7 @@ are created with `put_if_absent`, which is how two leaders are kept from forking
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -44,6 +44,8 @@ def check_prefix(prefix: str) -> str:
 class ObjectInfo:
     key: str
     size_bytes: int
+    # When it was written (ms since the epoch, the store's clock); not part of equality.
+    modified_ms: int = field(default=0, compare=False)
 
 
 class ObjectStore(Protocol):

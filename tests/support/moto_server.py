@@ -16,6 +16,7 @@ everything in memory, so a restarted server has the same buckets again (re-creat
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import signal
@@ -221,11 +222,23 @@ def serialize_writes(app: WsgiApp) -> WsgiApp:
     def serialized(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         if environ["REQUEST_METHOD"] not in WRITE_METHODS:
             return app(environ, start_response)
+        # The body is read before the lock is taken: a client frozen halfway through sending one
+        # (a SIGSTOPped broker) must hold up only its own request, not every other writer's.
+        _buffer_body(environ)
         with lock:
             # moto builds the whole response (and stores the object) inside this call.
             return app(environ, start_response)
 
     return serialized
+
+
+def _buffer_body(environ: dict[str, Any]) -> None:
+    stream = environ["wsgi.input"]
+    if environ.get("wsgi.input_terminated"):  # chunked: werkzeug ends the stream at the end
+        body = stream.read()
+    else:
+        body = stream.read(int(environ.get("CONTENT_LENGTH") or 0))
+    environ["wsgi.input"] = io.BytesIO(body)
 
 
 def serve(port: int) -> None:

@@ -3,6 +3,7 @@
 - `moto_server`: one server for the whole test run (started on first use, killed at the end);
   tests share it, each with a fresh bucket (`s3_bucket`).
 - `s3_bucket`: a new empty bucket on `moto_server`, named for nothing else.
+- `tiered_broker`: a broker process tiering to a file:// store of its own; (broker, store root).
 - `moto_server_factory(environment=None)`: a server of this test's own, to stop, restart or
   pause; killed at teardown.
 """
@@ -16,6 +17,7 @@ from typing import Protocol
 
 import pytest
 
+from tests.support.broker import BrokerFactory, BrokerProcess
 from tests.support.moto_server import MotoServer
 
 
@@ -53,3 +55,17 @@ def moto_server_factory(tmp_path: Path) -> Iterator[MotoServerFactory]:
     finally:
         for server in servers:
             server.stop()
+
+
+@pytest.fixture
+def tiered_broker(broker_factory: BrokerFactory, tmp_path: Path) -> tuple[BrokerProcess, Path]:
+    store = tmp_path / "cold"
+    broker = broker_factory(
+        {
+            "remote.storage.url": f"file://{store}",
+            "remote.log.manager.task.interval.ms": "200",
+            "offsets.topic.replication.factor": "1",
+            "zookeeper.session.timeout.ms": "6000",  # a killed broker re-registers sooner
+        }
+    )
+    return broker, store

@@ -24,6 +24,7 @@ def segment(
         base_offset=base,
         last_offset=last,
         size_bytes=1000,
+        log_bytes=5000,
         records=last - base + 1,
         min_timestamp_ms=base,
         max_timestamp_ms=last,

@@ -16,13 +16,12 @@ from typing import Any
 
 import confluent_kafka
 import pyarrow.parquet as pq
-import pytest
 from riverbed.client.admin import Admin
 from riverbed.client.consumer import Consumer
 from riverbed.client.producer import Producer
 from riverbed.client.types import TopicPartition
 
-from tests.support.broker import BrokerFactory, BrokerProcess
+from tests.support.broker import BrokerProcess
 
 RECORDS = 3_000
 WAIT_TIMEOUT_S = 60.0
@@ -57,20 +56,6 @@ def finished(manifest: dict[str, Any] | None) -> list[dict[str, Any]]:
     if manifest is None:
         return []
     return [s for s in manifest["segments"] if s["state"] == "COPY_FINISHED"]
-
-
-@pytest.fixture
-def tiered_broker(broker_factory: BrokerFactory, tmp_path: Path) -> tuple[BrokerProcess, Path]:
-    store = tmp_path / "cold"
-    broker = broker_factory(
-        {
-            "remote.storage.url": f"file://{store}",
-            "remote.log.manager.task.interval.ms": "200",
-            "offsets.topic.replication.factor": "1",
-            "zookeeper.session.timeout.ms": "6000",  # a killed broker re-registers sooner
-        }
-    )
-    return broker, store
 
 
 async def produce_all(broker: BrokerProcess, topic: str) -> None:

@@ -17,14 +17,13 @@ from tests.tiering.test_tiering_broker import (
     EXPECTED,
     RECORDS,
     read_all_from_zero,
-    tiered_broker,  # noqa: F401  (a fixture)
     tiered_topic,
     wait_until,
 )
 
 
 async def test_after_a_restart_the_log_start_is_the_remote_one_even_before_the_manifest_is_read(
-    tiered_broker: tuple[BrokerProcess, Path],  # noqa: F811
+    tiered_broker: tuple[BrokerProcess, Path],
 ) -> None:
     broker, store = tiered_broker
     topic = await tiered_topic(broker)
