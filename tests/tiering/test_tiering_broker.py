@@ -234,3 +234,70 @@ async def test_a_broker_killed_while_tiering_redoes_unfinished_copies_without_ga
     )
     assert_contiguous_from_zero(store, topic)
     assert await read_all_from_zero(broker, topic) == EXPECTED
+
+
+async def test_a_consumer_of_several_partitions_all_in_the_cold_tier_reads_every_one(
+    tiered_broker: tuple[BrokerProcess, Path],
+) -> None:
+    """Only one partition per fetch is read from the remote tier; the others must be answered
+    empty, not OFFSET_OUT_OF_RANGE (which made consumers reset them to the end: data skipped)."""
+    broker, _ = tiered_broker
+    topic = f"spread-{uuid.uuid4().hex[:8]}"
+    partitions = 3
+    async with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        await admin.create_topic(
+            topic, partitions=partitions, replication_factor=1, configs=TIERED_TOPIC
+        )
+    async with Producer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=5) as producer:
+        futures = [
+            await producer.send(topic, value_of(i), partition=i % partitions)
+            for i in range(RECORDS)
+        ]
+        await producer.flush()
+        for future in futures:
+            await future
+    await wait_until(
+        lambda: all(
+            int(broker.segment_files(topic, p)[0].stem) > RECORDS // partitions // 2
+            for p in range(partitions)
+        ),
+        "every partition mostly tiered",
+    )
+    expected = {(i % partitions, i // partitions, value_of(i)) for i in range(RECORDS)}
+
+    seen: list[tuple[int, int, bytes | None]] = []
+    async with Consumer(bootstrap_servers=broker.bootstrap, auto_offset_reset="none") as consumer:
+        consumer.assign([TopicPartition(topic, p) for p in range(partitions)])
+        await consumer.seek_to_beginning()
+        while len(seen) < RECORDS:
+            batches = await consumer.getmany(timeout_ms=5000)
+            assert batches, f"stalled after {len(seen)} records"
+            for records in batches.values():
+                seen += [(r.partition, r.offset, r.value) for r in records]
+    assert len(seen) == RECORDS and set(seen) == expected
+
+    def with_librdkafka() -> set[tuple[int, int, bytes | None]]:
+        consumer = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "error",
+            }
+        )
+        try:
+            consumer.assign(
+                [confluent_kafka.TopicPartition(topic, p, 0) for p in range(partitions)]
+            )
+            got: list[tuple[int, int, bytes | None]] = []
+            deadline = time.monotonic() + WAIT_TIMEOUT_S
+            while len(got) < RECORDS and time.monotonic() < deadline:
+                for message in consumer.consume(1000, 1.0):
+                    assert message.error() is None, message.error()
+                    got.append((message.partition(), message.offset(), message.value()))
+            assert len(got) == RECORDS
+            return set(got)
+        finally:
+            consumer.close()
+
+    assert await asyncio.to_thread(with_librdkafka) == expected

@@ -196,24 +196,24 @@ def _goes_remote(
 ) -> bool:
     """Whether a consumer's out-of-range offset lies in the remote tier: then the partition is
     read from there (the first such partition of a request only, as Kafka does, so one slow
-    object read delays no more than one partition; the others come in the next fetch)."""
-    if (
-        error.code != ErrorCode.OFFSET_OUT_OF_RANGE
-        or replica_id >= 0
-        or ctx.tiering is None
-        or any(r.remote_offset is not None for r in reads)
-    ):
+    object read delays no more than one partition; the others are answered empty and without
+    error, and come in a later fetch)."""
+    if error.code != ErrorCode.OFFSET_OUT_OF_RANGE or replica_id >= 0 or ctx.tiering is None:
         return False
     partition = ctx.partitions.get(read.topic, wanted.partition)
     if partition is None or not ctx.tiering.enabled_for(read.topic):
         return False
     if wanted.fetch_offset >= partition.log.log_start_offset:
         return False  # past the end: out of range
+    read.data.high_watermark = partition.log.high_watermark
+    read.data.last_stable_offset = partition.log.high_watermark
+    if any(r.remote_offset is not None for r in reads):
+        # Not OFFSET_OUT_OF_RANGE: that would make the consumer reset its position.
+        read.data.log_start_offset = ctx.known_log_start_offset(partition)
+        return True
     # Below the local log: whether the remote tier holds it is for _read_remote to say.
     read.remote_offset = wanted.fetch_offset
     read.remote_max_bytes = max(min(wanted.partition_max_bytes, budget_bytes), 0)
-    read.data.high_watermark = partition.log.high_watermark
-    read.data.last_stable_offset = partition.log.high_watermark
     return True
 
 
