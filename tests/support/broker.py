@@ -15,6 +15,7 @@ Every process a fixture started is SIGKILLed at teardown, whatever the test's ou
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -199,7 +200,15 @@ class BrokerProcess:
     def partition_dir(self, topic: str, partition: int) -> Path:
         """The directory holding one partition's segments (Kafka's `<topic>-<partition>`)."""
         name = f"{topic}-{partition}"
-        found = sorted(path for path in self.data_dir.rglob(name) if path.is_dir())
+        # os.walk, not rglob: the broker creates and removes scratch directories (tiering's
+        # work dirs, hidden) while this looks, and walk skips what vanished; hidden ones are
+        # not searched at all.
+        found = []
+        for parent, directories, _ in os.walk(self.data_dir):
+            directories[:] = [d for d in directories if not d.startswith(".")]
+            if name in directories:
+                found.append(Path(parent) / name)
+        found.sort()
         if len(found) != 1:
             raise FileNotFoundError(
                 f"expected one directory {name!r} under {self.data_dir}, found {found}"

@@ -2,11 +2,13 @@
 tiering tests.
 
 Run as a script (`python moto_server.py PORT`) this file is that server: moto's own WSGI app
-under werkzeug's threaded server, as moto's `moto_server` command runs it, with one difference:
-requests that write are serialized. moto checks a conditional write's If-None-Match and then
-stores the object as two steps with no lock between them (moto/s3/responses.py, put_object), so
-two concurrent creators of one key could both win; S3 decides atomically, and the tests check
-our code against S3's behaviour, not moto's race.
+under werkzeug's threaded server, as moto's `moto_server` command runs it, with two additions:
+- requests that write are serialized. moto checks a conditional write's If-None-Match and then
+  stores the object as two steps with no lock between them (moto/s3/responses.py, put_object),
+  so two concurrent creators of one key could both win; S3 decides atomically, and the tests
+  check our code against S3's behaviour, not moto's race.
+- the body bytes of object GETs are counted (`bytes_served()`), so a test can see how much a
+  reader in another process (a Spark executor) read.
 
 `MotoServer` starts it and waits until it answers; `stop()` then `start()` again is an outage
 (same port, so clients reconnect to the same endpoint); `pause()` / `resume()` (SIGSTOP /
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any, Final
@@ -43,6 +46,7 @@ PROBE_INTERVAL_S: Final = 0.05
 PROBE_TIMEOUT_S: Final = 0.5
 LOG_TAIL_LINES: Final = 30
 WRITE_METHODS: Final = frozenset({"PUT", "POST", "DELETE"})
+BYTES_SERVED_PATH: Final = "/__riverbed/bytes-served"
 
 
 def free_port() -> int:
@@ -161,6 +165,12 @@ class MotoServer:
         pages = self._client().get_paginator("list_objects_v2").paginate(Bucket=bucket)
         return [entry["Key"] for page in pages for entry in page.get("Contents", [])]
 
+    def bytes_served(self) -> int:
+        """Body bytes of every object GET answered so far (ranged or whole, by any client)."""
+        url = f"{self.endpoint_url}{BYTES_SERVED_PATH}"
+        with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S) as answer:
+            return int(answer.read())
+
     def _client(self) -> Any:
         if self._boto is None:
             self._boto = boto3.client(
@@ -241,6 +251,28 @@ def _buffer_body(environ: dict[str, Any]) -> None:
     environ["wsgi.input"] = io.BytesIO(body)
 
 
+def count_object_reads(app: WsgiApp) -> WsgiApp:
+    """Sum the body bytes of object GETs; answer BYTES_SERVED_PATH with the sum. What tests of
+    readers in other processes (Spark's executors) look at to see how much they read."""
+    served = 0
+    lock = threading.Lock()
+
+    def counted(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        nonlocal served
+        if environ["PATH_INFO"] == BYTES_SERVED_PATH:
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            with lock:
+                return [str(served).encode()]
+        body = list(app(environ, start_response))
+        # An object GET has a key after the bucket: /bucket/key (path-style addressing).
+        if environ["REQUEST_METHOD"] == "GET" and environ["PATH_INFO"].count("/") >= 2:
+            with lock:
+                served += sum(len(chunk) for chunk in body)
+        return body
+
+    return counted
+
+
 def serve(port: int) -> None:
     # Imported only by the server process: the test process needs none of moto's web stack.
     from moto.moto_server.werkzeug_app import (
@@ -251,7 +283,7 @@ def serve(port: int) -> None:
     from werkzeug.serving import make_server
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
-    app = serialize_writes(DomainDispatcherApplication(create_backend_app))
+    app = count_object_reads(serialize_writes(DomainDispatcherApplication(create_backend_app)))
     server = make_server(HOST, port, app, threaded=True, request_handler=MotoRequestHandler)
     server.serve_forever()
 

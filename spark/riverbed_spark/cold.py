@@ -1,0 +1,166 @@
+"""The cold tier as Spark's driver and executors read it: straight from the object store through
+pyarrow's filesystems (S3 or a local directory), with no broker in the way.
+
+The driver reads each partition's latest manifest (the layout is in docs/tiering.md); an
+executor opens one Parquet object, keeps the row groups whose offset statistics overlap its
+range, and reads only the columns the query's schema names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from riverbed.tiering.manifest import (
+    Manifest,
+    manifest_key,
+    partition_prefix,
+)
+
+from riverbed_spark.options import StoreOptions, environment_s3_defaults
+
+# Control batches (transaction markers) are rows in the objects, flagged by this attribute bit;
+# consumers never see them, so neither does Spark.
+CONTROL_BATCH_BIT = 1 << 5
+MANIFEST_SUFFIX = ".json"
+CREDENTIALS = ("access.key.id", "secret.access.key", "session.token")
+
+
+class DataLossError(RuntimeError):
+    """Records the plan promised are gone from the store (retention or compaction ran)."""
+
+
+@dataclass(frozen=True)
+class ColdObject:
+    """One finished remote segment, as planning hands it to an executor."""
+
+    key: str
+    base_offset: int
+    last_offset: int
+    size_bytes: int
+
+
+class ColdStore:
+    """A store root (bucket and prefix, or directory) opened through pyarrow."""
+
+    def __init__(self, options: StoreOptions) -> None:
+        self.options = options
+        self.filesystem, self.root = _open(options)
+
+    def path(self, key: str) -> str:
+        return f"{self.root}/{key}"
+
+    def topics(self) -> list[str]:
+        """Topics with anything tiered: the store's top-level directories."""
+        selector = pafs.FileSelector(self.root, allow_not_found=True)
+        return sorted(
+            info.base_name
+            for info in self.filesystem.get_file_info(selector)
+            if info.type == pafs.FileType.Directory
+        )
+
+    def partitions(self, topic: str) -> list[int]:
+        selector = pafs.FileSelector(self.path(topic), allow_not_found=True)
+        return sorted(
+            int(info.base_name)
+            for info in self.filesystem.get_file_info(selector)
+            if info.type == pafs.FileType.Directory and info.base_name.isdigit()
+        )
+
+    def manifest(self, topic: str, partition: int) -> Manifest:
+        """The latest committed version (empty when nothing was tiered)."""
+        directory = self.path(f"{partition_prefix(topic, partition)}manifest")
+        selector = pafs.FileSelector(directory, allow_not_found=True)
+        versions = sorted(
+            int(info.base_name[: -len(MANIFEST_SUFFIX)])
+            for info in self.filesystem.get_file_info(selector)
+            if info.base_name.endswith(MANIFEST_SUFFIX)
+            and info.base_name[: -len(MANIFEST_SUFFIX)].isdigit()
+        )
+        if not versions:
+            return Manifest.empty(topic, partition)
+        key = manifest_key(topic, partition, versions[-1])
+        with self.filesystem.open_input_file(self.path(key)) as file:
+            data = file.read()
+        return Manifest.from_json(data, f"{self.options.url}/{key}")
+
+    def read(
+        self, item: ColdObject, start: int, end: int, columns: list[str]
+    ) -> Iterator[pa.RecordBatch]:
+        """Rows with offsets in [start, end) of `item`, data records only, `columns` only."""
+        try:
+            file = pq.ParquetFile(self.filesystem.open_input_file(self.path(item.key)))
+        except FileNotFoundError as error:
+            raise DataLossError(
+                f"{self.options.url}/{item.key} (offsets {item.base_offset}..{item.last_offset})"
+                " was deleted after the query was planned (retention or compaction); set "
+                "failOnDataLoss=false to skip what is gone"
+            ) from error
+        with file:
+            groups = _row_groups_overlapping(file, start, end)
+            wanted = list(dict.fromkeys([*columns, "offset", "batch_attributes"]))
+            for group in groups:
+                table = file.read_row_group(group, columns=wanted)
+                offsets = table.column("offset")
+                control = pc.bit_wise_and(table.column("batch_attributes"), CONTROL_BATCH_BIT)
+                keep = pc.and_(
+                    pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end)),
+                    pc.equal(control, 0),
+                )
+                selected = table.filter(keep).select(columns)
+                yield from selected.to_batches()
+
+
+def _row_groups_overlapping(file: pq.ParquetFile, start: int, end: int) -> list[int]:
+    """Row groups whose offset range meets [start, end), by their statistics."""
+    column = file.schema_arrow.get_field_index("offset")
+    groups = []
+    for index in range(file.metadata.num_row_groups):
+        statistics = file.metadata.row_group(index).column(column).statistics
+        if statistics is None or not statistics.has_min_max:
+            groups.append(index)  # cannot prune without statistics
+        elif statistics.max >= start and statistics.min < end:
+            groups.append(index)
+    return groups
+
+
+def finished_objects(manifest: Manifest) -> list[ColdObject]:
+    return [
+        ColdObject(s.key, s.base_offset, s.last_offset, s.size_bytes) for s in manifest.finished()
+    ]
+
+
+def _open(options: StoreOptions) -> tuple[pafs.FileSystem, str]:
+    url = urlparse(options.url)
+    if url.scheme == "file":
+        return pafs.LocalFileSystem(), url.path.rstrip("/")
+    settings = {**environment_s3_defaults(), **options.s3}
+    if "access.key.id" in options.s3:
+        # Credentials come whole from the options or whole from the environment, as the broker
+        # takes them: never an option's key with the environment's session token.
+        for name in CREDENTIALS:
+            settings.pop(name, None)
+            if name in options.s3:
+                settings[name] = options.s3[name]
+    endpoint = settings.get("endpoint")
+    scheme = "https"
+    endpoint_override = None
+    if endpoint:
+        parsed = urlparse(endpoint)
+        scheme = parsed.scheme or "https"
+        endpoint_override = parsed.netloc or parsed.path
+    filesystem = pafs.S3FileSystem(
+        access_key=settings.get("access.key.id"),
+        secret_key=settings.get("secret.access.key"),
+        session_token=settings.get("session.token"),
+        region=settings.get("region"),
+        scheme=scheme,
+        endpoint_override=endpoint_override,
+        force_virtual_addressing=settings.get("path.style.access", "false").lower() != "true",
+    )
+    return filesystem, f"{url.netloc}{url.path}".rstrip("/")

@@ -1,0 +1,242 @@
+"""The data source's options, named as Spark's Kafka source names them, checked up front.
+
+Spark hands a data source its options as a case-insensitive mapping of strings. Every mistake is
+reported here, before any planning, as one ValueError naming the option and what it accepts.
+
+Offsets follow Spark's Kafka source: "earliest", "latest", or JSON per partition such as
+`{"orders": {"0": 23, "1": -2}}` where -2 means earliest and -1 latest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+EARLIEST: Final = -2
+LATEST: Final = -1
+# Hot ranges are read through the broker in splits of at most this many offsets.
+HOT_SPLIT_OFFSETS_DEFAULT: Final = 1_000_000
+STORE_OPTION_PREFIX: Final = "remote.storage.s3."
+S3_OPTIONS: Final = frozenset(
+    {
+        "endpoint",
+        "region",
+        "path.style.access",
+        "access.key.id",
+        "secret.access.key",
+        "session.token",
+    }
+)
+
+# One offset spec: a single value for every partition, or values per (topic, partition).
+OffsetSpec = int | dict[tuple[str, int], int]
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Which topics: exactly one of Spark's three ways to name them."""
+
+    topics: tuple[str, ...] = ()  # subscribe
+    pattern: str | None = None  # subscribePattern
+    assigned: tuple[tuple[str, int], ...] = ()  # assign: (topic, partition) pairs
+
+    def matches(self, topic: str) -> bool:
+        if self.pattern is not None:
+            return re.fullmatch(self.pattern, topic) is not None
+        if self.assigned:
+            return any(t == topic for t, _ in self.assigned)
+        return topic in self.topics
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    """Where the cold tier is and how to reach it, with the broker's setting names."""
+
+    url: str  # file:///path or s3://bucket[/prefix]
+    s3: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    bootstrap_servers: str | None  # None: the object store alone (the cluster may be down)
+    subscription: Subscription
+    starting: OffsetSpec
+    ending: OffsetSpec
+    starting_timestamp_ms: int | None
+    ending_timestamp_ms: int | None
+    include_headers: bool
+    fail_on_data_loss: bool
+    store: StoreOptions | None
+    hot_split_offsets: int
+    max_offsets_per_trigger: int | None
+
+
+def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -> ReadOptions:
+    get = _Getter(options)
+    bootstrap = get.text("kafka.bootstrap.servers") or get.text("bootstrap.servers")
+    store = _store_options(get)
+    if bootstrap is None and store is None:
+        raise ValueError(
+            "set bootstrap.servers (the cluster), remote.storage.url (the object store), or both"
+        )
+    starting = _offsets(get, "startingOffsets", EARLIEST if not streaming else LATEST)
+    ending = _offsets(get, "endingOffsets", LATEST)
+    if streaming and get.text("endingOffsets") is not None:
+        raise ValueError("endingOffsets is for batch queries; a stream has no end")
+    if starting == LATEST and not streaming:
+        raise ValueError("startingOffsets=latest is for streams; a batch query would read nothing")
+    if ending == EARLIEST:
+        raise ValueError("endingOffsets=earliest would read nothing; use latest or offsets")
+    return ReadOptions(
+        bootstrap_servers=bootstrap,
+        subscription=_subscription(get),
+        starting=starting,
+        ending=ending,
+        starting_timestamp_ms=get.integer("startingTimestamp", minimum=0),
+        ending_timestamp_ms=get.integer("endingTimestamp", minimum=0),
+        include_headers=get.boolean("includeHeaders", False),
+        fail_on_data_loss=get.boolean("failOnDataLoss", True),
+        store=store,
+        hot_split_offsets=get.integer("hotSplitOffsets", minimum=1) or HOT_SPLIT_OFFSETS_DEFAULT,
+        max_offsets_per_trigger=get.integer("maxOffsetsPerTrigger", minimum=1),
+    )
+
+
+def store_options_from(options: Mapping[str, str]) -> StoreOptions | None:
+    return _store_options(_Getter(options))
+
+
+def _store_options(get: _Getter) -> StoreOptions | None:
+    url = get.text("remote.storage.url")
+    s3 = {
+        name[len(STORE_OPTION_PREFIX) :]: value
+        for name, value in get.options.items()
+        if name.lower().startswith(STORE_OPTION_PREFIX)
+    }
+    unknown = sorted(set(s3) - S3_OPTIONS)
+    if unknown:
+        raise ValueError(
+            f"unknown option {STORE_OPTION_PREFIX}{unknown[0]}; known: "
+            + ", ".join(sorted(STORE_OPTION_PREFIX + n for n in S3_OPTIONS))
+        )
+    if url is None:
+        if s3:
+            raise ValueError(f"{STORE_OPTION_PREFIX}* options given without remote.storage.url")
+        return None
+    if not url.startswith(("file:///", "s3://")):
+        raise ValueError(f"remote.storage.url must be file:///abs/path or s3://bucket, got {url!r}")
+    return StoreOptions(url, s3)
+
+
+def _subscription(get: _Getter) -> Subscription:
+    given = [name for name in ("subscribe", "subscribePattern", "assign") if get.text(name)]
+    if len(given) != 1:
+        raise ValueError(
+            "set exactly one of subscribe, subscribePattern, assign"
+            + (f" (got {', '.join(given)})" if given else "")
+        )
+    name = given[0]
+    text = get.text(name) or ""
+    if name == "subscribe":
+        topics = tuple(t.strip() for t in text.split(",") if t.strip())
+        if not topics:
+            raise ValueError("subscribe names no topic")
+        return Subscription(topics=topics)
+    if name == "subscribePattern":
+        try:
+            re.compile(text)
+        except re.error as error:
+            raise ValueError(
+                f"subscribePattern {text!r} is not a regular expression: {error}"
+            ) from None
+        return Subscription(pattern=text)
+    try:
+        document = json.loads(text)
+        pairs = tuple(
+            (str(topic), int(partition))
+            for topic, partitions in document.items()
+            for partition in partitions
+        )
+    except (ValueError, AttributeError, TypeError) as error:
+        raise ValueError(f'assign must be JSON like {{"orders": [0, 1]}}, got {text!r}') from error
+    if not pairs:
+        raise ValueError("assign names no partition")
+    return Subscription(assigned=pairs)
+
+
+def _offsets(get: _Getter, name: str, default: int) -> OffsetSpec:
+    text = get.text(name)
+    if text is None:
+        return default
+    if text.strip().lower() == "earliest":
+        return EARLIEST
+    if text.strip().lower() == "latest":
+        return LATEST
+    try:
+        document = json.loads(text)
+        per_partition = {
+            (str(topic), int(partition)): int(offset)
+            for topic, partitions in document.items()
+            for partition, offset in partitions.items()
+        }
+    except (ValueError, AttributeError, TypeError) as error:
+        raise ValueError(
+            f'{name} must be earliest, latest or JSON like {{"orders": {{"0": 23}}}}, got {text!r}'
+        ) from error
+    bad = [offset for offset in per_partition.values() if offset < EARLIEST]
+    if bad:
+        raise ValueError(f"{name}: offset {bad[0]} is neither -2 (earliest), -1 (latest) nor >= 0")
+    return per_partition
+
+
+class _Getter:
+    def __init__(self, options: Mapping[str, str]) -> None:
+        # Spark's mapping is case-insensitive; a plain dict (tests, jobs) is made so here.
+        self.options = {str(k): str(v) for k, v in options.items()}
+        self._lower = {k.lower(): v for k, v in self.options.items()}
+
+    def text(self, name: str) -> str | None:
+        value = self._lower.get(name.lower())
+        return value if value not in (None, "") else None
+
+    def integer(self, name: str, *, minimum: int) -> int | None:
+        text = self.text(name)
+        if text is None:
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"{name} must be an integer, got {text!r}") from None
+        if value < minimum:
+            raise ValueError(f"{name} must be at least {minimum}, got {value}")
+        return value
+
+    def boolean(self, name: str, default: bool) -> bool:
+        text = self.text(name)
+        if text is None:
+            return default
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"{name} must be true or false, got {text!r}")
+        return text.lower() == "true"
+
+
+def environment_s3_defaults() -> dict[str, str]:
+    """The standard AWS variables the brokers also read, for options left unset."""
+    names = {
+        "endpoint": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
+        "region": ("AWS_REGION", "AWS_DEFAULT_REGION"),
+        "access.key.id": ("AWS_ACCESS_KEY_ID",),
+        "secret.access.key": ("AWS_SECRET_ACCESS_KEY",),
+        "session.token": ("AWS_SESSION_TOKEN",),
+    }
+    found = {}
+    for option, variables in names.items():
+        for variable in variables:
+            if os.environ.get(variable):
+                found[option] = os.environ[variable]
+                break
+    return found

@@ -1,0 +1,202 @@
+"""Planning a read: which offsets of which partitions, and the splits that read them.
+
+Planning fixes a snapshot: each partition's range [start, end) is decided once, on the driver
+(the end is the high watermark at planning time unless endingOffsets says otherwise). The part
+of a range below the end of the partition's finished remote segments is read by executors from
+the objects themselves (one split per object); the part above it, the hot tail, through the
+broker in splits of at most `hot_split_offsets` offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pyspark.sql.datasource import InputPartition
+from riverbed.client.admin import Admin
+from riverbed.client.admin import OffsetSpec as ListOffsetSpec
+from riverbed.client.types import TopicPartition
+
+from riverbed_spark.cold import ColdObject, ColdStore, finished_objects
+from riverbed_spark.options import EARLIEST, LATEST, OffsetSpec, ReadOptions
+
+T = TypeVar("T")
+# Offsets of a Spark offset dict: {"topic": {"partition": offset}} (JSON keys are strings).
+OffsetDict = dict[str, dict[str, int]]
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    topic: str
+    partition: int
+    start: int
+    end: int  # exclusive
+
+
+@dataclass(frozen=True)
+class ColdSplit(InputPartition):  # type: ignore[misc]
+    """Offsets [start, end) of one object, read from the store by the executor."""
+
+    topic: str
+    partition: int
+    item: ColdObject
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class HotSplit(InputPartition):  # type: ignore[misc]
+    """Offsets [start, end) above the remote end at planning time, read through the broker
+    (or from the store, if they have been tiered and deleted locally since)."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+Split = ColdSplit | HotSplit
+
+
+def splits_for(
+    ranges: list[PartitionRange], options: ReadOptions, store: ColdStore | None
+) -> list[Split]:
+    splits: list[Split] = []
+    for r in ranges:
+        if r.start >= r.end:
+            continue
+        hot_start = r.start
+        if store is not None:
+            manifest = store.manifest(r.topic, r.partition)
+            for item in finished_objects(manifest):
+                if item.last_offset < r.start or item.base_offset >= r.end:
+                    continue
+                start, end = max(r.start, item.base_offset), min(r.end, item.last_offset + 1)
+                splits.append(ColdSplit(r.topic, r.partition, item, start, end))
+                hot_start = max(hot_start, end)
+        if options.bootstrap_servers is None:
+            continue  # the store alone: the cold part is all there is
+        for start in range(hot_start, r.end, options.hot_split_offsets):
+            end = min(start + options.hot_split_offsets, r.end)
+            splits.append(HotSplit(r.topic, r.partition, start, end))
+    return splits
+
+
+class Planner:
+    """Resolves topics, partitions and offsets on the driver: through the cluster when it is
+    given, else from the store's manifests alone."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self.store = ColdStore(options.store) if options.store is not None else None
+
+    def batch_ranges(self) -> list[PartitionRange]:
+        partitions = self.partitions()
+        starts = self.offsets(partitions, self.options.starting, self.options.starting_timestamp_ms)
+        ends = self.offsets(partitions, self.options.ending, self.options.ending_timestamp_ms)
+        return [PartitionRange(t, p, starts[(t, p)], ends[(t, p)]) for t, p in partitions]
+
+    def partitions(self) -> list[tuple[str, int]]:
+        subscription = self.options.subscription
+        if subscription.assigned:
+            return sorted(subscription.assigned)
+        if self.options.bootstrap_servers is not None:
+            return _run(self._cluster_partitions())
+        assert self.store is not None
+        return [
+            (topic, partition)
+            for topic in self.store.topics()
+            if subscription.matches(topic)
+            for partition in self.store.partitions(topic)
+        ]
+
+    def offsets(
+        self, partitions: list[tuple[str, int]], spec: OffsetSpec, timestamp_ms: int | None
+    ) -> dict[tuple[str, int], int]:
+        """Each partition's offset for `spec` (a timestamp wins over it when given)."""
+        if isinstance(spec, dict):
+            unknown = sorted(set(spec) - set(partitions))
+            if unknown:
+                raise ValueError(f"offsets given for {unknown[0]}, which is not being read")
+            missing = sorted(set(partitions) - set(spec))
+            if missing:
+                raise ValueError(f"no offset given for {missing[0]}")
+        wanted: dict[tuple[str, int], int] = {}
+        for tp in partitions:
+            if timestamp_ms is not None:
+                wanted[tp] = timestamp_ms
+            else:
+                wanted[tp] = spec[tp] if isinstance(spec, dict) else spec
+        if self.options.bootstrap_servers is None:
+            return {tp: self._store_offset(tp, value, timestamp_ms) for tp, value in wanted.items()}
+        return _run(self._cluster_offsets(wanted, timestamp_ms is not None))
+
+    def _store_offset(self, tp: tuple[str, int], value: int, timestamp_ms: int | None) -> int:
+        if timestamp_ms is not None:
+            raise ValueError("startingTimestamp / endingTimestamp need bootstrap.servers")
+        assert self.store is not None
+        manifest = self.store.manifest(*tp)
+        if value == EARLIEST:
+            return manifest.log_start_offset
+        if value == LATEST:
+            return manifest.finished_end_offset
+        return value
+
+    async def _cluster_partitions(self) -> list[tuple[str, int]]:
+        subscription = self.options.subscription
+        async with Admin(bootstrap_servers=self.options.bootstrap_servers) as admin:
+            if subscription.pattern is not None:
+                topics = [t for t in await admin.list_topics() if subscription.matches(t)]
+            else:
+                topics = list(subscription.topics)
+            found = []
+            for topic in topics:
+                description = await admin.describe_topic(topic)
+                found += [(topic, p.partition) for p in description.partitions]
+        return sorted(found)
+
+    async def _cluster_offsets(
+        self, wanted: Mapping[tuple[str, int], int], by_time: bool
+    ) -> dict[tuple[str, int], int]:
+        """ListOffsets for the symbolic and timestamp ones; literal offsets as given."""
+        specs: dict[TopicPartition, ListOffsetSpec] = {}
+        for (topic, partition), value in wanted.items():
+            if by_time:
+                specs[TopicPartition(topic, partition)] = value
+            elif value == EARLIEST:
+                specs[TopicPartition(topic, partition)] = "earliest"
+            elif value == LATEST:
+                specs[TopicPartition(topic, partition)] = "latest"
+        resolved = dict(wanted)
+        if not specs:
+            return resolved
+        async with Admin(bootstrap_servers=self.options.bootstrap_servers) as admin:
+            found = await admin.list_offsets(specs)
+            # By time, a partition with no record at or after the timestamp ends at its end.
+            latest = await admin.list_offsets({tp: "latest" for tp in specs}) if by_time else {}
+        for tp, answer in found.items():
+            offset = answer.offset if answer.offset >= 0 or not by_time else latest[tp].offset
+            resolved[(tp.topic, tp.partition)] = offset
+        return resolved
+
+
+def as_offset_dict(offsets: Mapping[tuple[str, int], int]) -> OffsetDict:
+    document: OffsetDict = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        document.setdefault(topic, {})[str(partition)] = offset
+    return document
+
+
+def from_offset_dict(document: OffsetDict) -> dict[tuple[str, int], int]:
+    return {
+        (topic, int(partition)): int(offset)
+        for topic, partitions in document.items()
+        for partition, offset in partitions.items()
+    }
+
+
+def _run(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Planning runs on Spark's driver thread, outside any event loop."""
+    return asyncio.run(coroutine)

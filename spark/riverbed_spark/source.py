@@ -1,0 +1,188 @@
+"""The `riverbed` data source: batch and streaming reads, batch writes.
+
+    spark.dataSource.register(RiverbedDataSource)
+    df = (spark.read.format("riverbed")
+          .option("bootstrap.servers", "127.0.0.1:9092")
+          .option("remote.storage.url", "s3://bucket/prefix")   # read the cold tier directly
+          .option("subscribe", "orders").load())
+
+Options and columns are those of Spark's Kafka source (options.py). Without
+`remote.storage.url` every offset is read through the broker, which serves the cold tier
+itself; without `bootstrap.servers` only what the store holds is read (the cluster may be down).
+
+Spark's Python data sources are not told which columns a query uses, so `select("value")`
+still reads every column. Give the reader a schema with only the columns wanted
+(`.schema("offset long, value binary")`) and only those are read from the objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+from riverbed_spark.options import EARLIEST, ReadOptions, parse_read_options
+from riverbed_spark.planning import (
+    OffsetDict,
+    PartitionRange,
+    Planner,
+    Split,
+    as_offset_dict,
+    from_offset_dict,
+    splits_for,
+)
+from riverbed_spark.reading import COLUMN_TYPES, read_split
+from riverbed_spark.writing import WriteOptions, parse_write_options, write_batches
+
+SOURCE_COLUMNS = (
+    "key binary, value binary, topic string, partition int, offset long, "
+    "timestamp timestamp, timestampType int"
+)
+HEADERS_COLUMN = "headers array<struct<key:string,value:binary>>"
+
+
+class RiverbedDataSource(DataSource):  # type: ignore[misc]
+    @classmethod
+    def name(cls) -> str:
+        return "riverbed"
+
+    def schema(self) -> str:
+        include_headers = str(self.options.get("includeHeaders", "false")).lower() == "true"
+        return f"{SOURCE_COLUMNS}, {HEADERS_COLUMN}" if include_headers else SOURCE_COLUMNS
+
+    def reader(self, schema: StructType) -> RiverbedReader:
+        return RiverbedReader(parse_read_options(self.options), _target(schema))
+
+    def streamReader(self, schema: StructType) -> RiverbedStreamReader:
+        options = parse_read_options(self.options, streaming=True)
+        return RiverbedStreamReader(options, _target(schema))
+
+    def writer(self, schema: StructType, overwrite: bool) -> RiverbedWriter:
+        if overwrite:
+            raise ValueError("a topic can only be appended to: use mode('append')")
+        return RiverbedWriter(parse_write_options(self.options, schema))
+
+
+class RiverbedReader(DataSourceReader):  # type: ignore[misc]
+    def __init__(self, options: ReadOptions, target: pa.Schema) -> None:
+        self.options = options
+        self.target = target
+
+    def partitions(self) -> list[Split]:
+        planner = Planner(self.options)
+        return splits_for(planner.batch_ranges(), self.options, planner.store)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        yield from read_split(partition, self.options, self.target)
+
+
+class RiverbedStreamReader(DataSourceStreamReader):  # type: ignore[misc]
+    """Offsets are Spark offset dicts, {"topic": {"partition": next offset}}: Spark keeps them
+    in its checkpoint, so a restarted query goes on from the last committed batch's end."""
+
+    def __init__(self, options: ReadOptions, target: pa.Schema) -> None:
+        self.options = options
+        self.target = target
+
+    def initialOffset(self) -> OffsetDict:
+        planner = Planner(self.options)
+        partitions = planner.partitions()
+        starts = planner.offsets(
+            partitions, self.options.starting, self.options.starting_timestamp_ms
+        )
+        return as_offset_dict(starts)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        limit = self.options.max_offsets_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def latestOffset(self, start: OffsetDict, limit: ReadLimit) -> OffsetDict:
+        planner = Planner(self.options)
+        partitions = planner.partitions()
+        latest = planner.offsets(partitions, -1, None)
+        begun = from_offset_dict(start)
+        # A partition that appeared since the query started is read from its beginning.
+        new = [tp for tp in partitions if tp not in begun]
+        begun.update(planner.offsets(new, EARLIEST, None) if new else {})
+        ends = {tp: max(latest[tp], begun[tp]) for tp in partitions}
+        if isinstance(limit, ReadMaxRows):
+            ends = _rate_limited(begun, ends, limit.max_rows)
+        return as_offset_dict(ends)
+
+    def partitions(self, start: OffsetDict, end: OffsetDict) -> list[Split]:
+        begun = from_offset_dict(start)
+        ranges = []
+        planner = Planner(self.options)
+        new = [tp for tp in from_offset_dict(end) if tp not in begun]
+        begun.update(planner.offsets(new, EARLIEST, None) if new else {})
+        for (topic, partition), stop in from_offset_dict(end).items():
+            ranges.append(PartitionRange(topic, partition, begun[(topic, partition)], stop))
+        return splits_for(ranges, self.options, planner.store)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        yield from read_split(partition, self.options, self.target)
+
+    def commit(self, end: OffsetDict) -> None:
+        """Nothing to do: the offsets live in Spark's checkpoint, not in a consumer group."""
+
+
+@dataclass(frozen=True)
+class Written(WriterCommitMessage):  # type: ignore[misc]
+    records: int
+
+
+class RiverbedWriter(DataSourceArrowWriter):  # type: ignore[misc]
+    def __init__(self, options: WriteOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
+        return Written(write_batches(iterator, self.options))
+
+
+def _target(schema: StructType) -> pa.Schema:
+    """The Arrow schema Spark expects back, after checking the asked columns exist."""
+    for field in schema.fields:
+        if field.name not in COLUMN_TYPES:
+            raise ValueError(
+                f"unknown column {field.name!r}; the columns are {', '.join(COLUMN_TYPES)}"
+            )
+    target = to_arrow_schema(schema, timezone="UTC")
+    for field in target:
+        wanted = COLUMN_TYPES[field.name]
+        if not _same_shape(field.type, wanted):
+            raise ValueError(f"column {field.name!r} must be {wanted}, not {field.type}")
+    return target
+
+
+def _same_shape(given: pa.DataType, wanted: pa.DataType) -> bool:
+    # Spark's list field is named "element" here and "item" there; the shape is what counts.
+    if pa.types.is_list(given) and pa.types.is_list(wanted):
+        return bool(given.value_type.equals(wanted.value_type))
+    return bool(given.equals(wanted))
+
+
+def _rate_limited(
+    starts: dict[tuple[str, int], int], ends: dict[tuple[str, int], int], max_rows: int
+) -> dict[tuple[str, int], int]:
+    """At most `max_rows` offsets in all, shared out in proportion to what each partition has
+    waiting (as Spark's Kafka source does); every partition with a backlog moves by >= 1."""
+    waiting = {tp: ends[tp] - starts[tp] for tp in ends}
+    total = sum(waiting.values())
+    if total <= max_rows:
+        return ends
+    return {
+        tp: starts[tp] + (max(1, waiting[tp] * max_rows // total) if waiting[tp] else 0)
+        for tp in ends
+    }
