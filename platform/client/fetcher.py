@@ -57,6 +57,7 @@ class PartitionFetch:
     __slots__ = (
         "_aborted",
         "_aborted_producer_ids",
+        "_batch_end_offset",
         "_batches",
         "_buf",
         "_check_crcs",
@@ -99,6 +100,7 @@ class PartitionFetch:
         self._aborted_producer_ids: set[int] = set()
         self._pending: list[Record] = []
         self._pending_index = 0
+        self._batch_end_offset = fetch_offset  # one past the batch `_pending` came from
 
     @property
     def exhausted(self) -> bool:
@@ -120,8 +122,12 @@ class PartitionFetch:
             stop = min(len(self._pending), start + max_records - len(out))
             out += self._pending[start:stop]
             self._pending_index = stop
+            # Within the batch: after the last record taken; at its end: past the batch (its
+            # last offsets may hold no record, as after compaction).
             if stop < len(self._pending):
                 self.next_offset = self._pending[stop - 1].offset + 1
+            else:
+                self.next_offset = self._batch_end_offset
         return out
 
     def _decode_next_batch(self) -> None:
@@ -129,6 +135,7 @@ class PartitionFetch:
         skip_below = self.next_offset
         # Whatever happens to the batch, the application has now read past it.
         self.next_offset = max(self.next_offset, header.last_offset + 1)
+        self._batch_end_offset = self.next_offset
         self._pending = []
         self._pending_index = 0
         if self._read_committed and header.producer_id != NO_PRODUCER_ID:

@@ -253,3 +253,16 @@ def test_assign_keeps_positions_of_partitions_still_assigned() -> None:
     assert positions.get(other).state is FetchState.AWAITING_RESET
     positions.assign([other])
     assert positions.assignment() == frozenset({other})
+
+
+def test_the_position_ends_past_a_batch_taken_in_several_parts() -> None:
+    """A batch larger than one take: the position follows each part and, after the last part,
+    is past the batch (it once stayed at the last part's first offset, so the next fetch read
+    that part again and position() never reached the end)."""
+    fetch = PartitionFetch(TP, batch(0, 10) + batch(10, 3), 0, 0)
+
+    positions = []
+    while not fetch.exhausted:
+        taken = fetch.take(4)
+        positions.append((taken[0].offset, taken[-1].offset, fetch.next_offset))
+    assert positions == [(0, 3, 4), (4, 7, 8), (8, 11, 12), (12, 12, 13)]
