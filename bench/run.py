@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import client_throughput, groups, produce_consume, replication, startup, tiering
+from bench import client_throughput, groups, produce_consume, replication, spark, startup, tiering
 from bench.machine import machine_info
 from bench.options import BenchOptions, BenchResult
 
@@ -30,6 +30,7 @@ BENCHMARKS: dict[str, Callable[[BenchOptions], BenchResult]] = {
     replication.NAME: replication.run,
     groups.NAME: groups.run,
     tiering.NAME: tiering.run,
+    spark.NAME: spark.run,
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 # Scratch data dirs live here (git-ignored): on the repository's disk, deleted after each run.

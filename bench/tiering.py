@@ -194,7 +194,9 @@ async def create_topics(bootstrap: str, topics: dict[str, dict[str, str]]) -> No
             await admin.create_topic(topic, partitions=1, replication_factor=1, configs=configs)
 
 
-async def produce(bootstrap: str, topic: str, values: list[bytes], codec: str) -> dict[str, Any]:
+async def produce(
+    bootstrap: str, topic: str, values: list[bytes], codec: str, keys: list[bytes] | None = None
+) -> dict[str, Any]:
     from riverbed.client.producer import Producer
 
     async with Producer(
@@ -208,8 +210,12 @@ async def produce(bootstrap: str, topic: str, values: list[bytes], codec: str) -
     ) as producer:
         await producer.partitions_for(topic)
         started = time.perf_counter()
-        for value in values:
-            await producer.send(topic, value, partition=0)
+        if keys is None:
+            for value in values:
+                await producer.send(topic, value, partition=0)
+        else:
+            for key, value in zip(keys, values, strict=True):
+                await producer.send(topic, value, key=key, partition=0)
         await producer.flush()
         elapsed_s = time.perf_counter() - started
     return {"records_per_s": len(values) / elapsed_s, "elapsed_s": elapsed_s}

@@ -78,7 +78,8 @@ COLD_TIER_DIR = "cold"
 # `--demo-topic` (what `make run` creates): tiered, and replicated as widely as Kafka usually is.
 DEMO_PARTITIONS: Final = 3
 DEMO_REPLICATION_FACTOR_MAX: Final = 3
-DEMO_TOPIC_CONFIGS: Final = {"remote.storage.enable": "true"}
+# 1 MiB segments: a demo fills one in seconds, so tiering shows up right away.
+DEMO_TOPIC_CONFIGS: Final = {"remote.storage.enable": "true", "segment.bytes": "1048576"}
 DEMO_TOPIC_TIMEOUT_MS: Final = 60_000
 
 

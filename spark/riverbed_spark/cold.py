@@ -102,9 +102,12 @@ class ColdStore:
                 "failOnDataLoss=false to skip what is gone"
             ) from error
         with file:
-            groups = _row_groups_overlapping(file, start, end)
-            wanted = list(dict.fromkeys([*columns, "offset", "batch_attributes"]))
-            for group in groups:
+            for group, whole in _row_groups_overlapping(file, start, end):
+                if whole:
+                    # All its rows are wanted: read only the asked columns, filter nothing.
+                    yield from file.read_row_group(group, columns=columns).to_batches()
+                    continue
+                wanted = list(dict.fromkeys([*columns, "offset", "batch_attributes"]))
                 table = file.read_row_group(group, columns=wanted)
                 offsets = table.column("offset")
                 control = pc.bit_wise_and(table.column("batch_attributes"), CONTROL_BATCH_BIT)
@@ -112,21 +115,43 @@ class ColdStore:
                     pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end)),
                     pc.equal(control, 0),
                 )
-                selected = table.filter(keep).select(columns)
-                yield from selected.to_batches()
+                yield from table.filter(keep).select(columns).to_batches()
 
 
-def _row_groups_overlapping(file: pq.ParquetFile, start: int, end: int) -> list[int]:
-    """Row groups whose offset range meets [start, end), by their statistics."""
-    column = file.schema_arrow.get_field_index("offset")
+def _row_groups_overlapping(file: pq.ParquetFile, start: int, end: int) -> list[tuple[int, bool]]:
+    """Row groups whose offset range meets [start, end), by their statistics; each with whether
+    all of its rows are wanted (offsets inside the range, and no control batch: attributes
+    below the control bit)."""
+    offset_column = _leaf_index(file, "offset")
+    attributes_column = _leaf_index(file, "batch_attributes")
     groups = []
     for index in range(file.metadata.num_row_groups):
-        statistics = file.metadata.row_group(index).column(column).statistics
-        if statistics is None or not statistics.has_min_max:
-            groups.append(index)  # cannot prune without statistics
-        elif statistics.max >= start and statistics.min < end:
-            groups.append(index)
+        row_group = file.metadata.row_group(index)
+        offsets = row_group.column(offset_column).statistics
+        attributes = row_group.column(attributes_column).statistics
+        if offsets is None or not offsets.has_min_max:
+            groups.append((index, False))  # cannot prune without statistics
+        elif offsets.max >= start and offsets.min < end:
+            whole = (
+                start <= offsets.min
+                and offsets.max < end
+                and attributes is not None
+                and attributes.has_min_max
+                and attributes.min >= 0
+                and attributes.max < CONTROL_BATCH_BIT
+            )
+            groups.append((index, whole))
     return groups
+
+
+def _leaf_index(file: pq.ParquetFile, name: str) -> int:
+    """A top-level column's index among the file's leaf columns (what statistics are kept by;
+    `headers`, a list of structs, is two leaves, so Arrow's field index would be off)."""
+    schema = file.metadata.schema
+    for index in range(len(schema)):
+        if schema.column(index).path == name:
+            return index
+    raise ValueError(f"{file}: no column {name!r}")
 
 
 def finished_objects(manifest: Manifest) -> list[ColdObject]:

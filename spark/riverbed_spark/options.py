@@ -20,6 +20,8 @@ EARLIEST: Final = -2
 LATEST: Final = -1
 # Hot ranges are read through the broker in splits of at most this many offsets.
 HOT_SPLIT_OFFSETS_DEFAULT: Final = 1_000_000
+# Cold splits group consecutive objects up to this many object bytes.
+COLD_SPLIT_BYTES_DEFAULT: Final = 32 * 1024 * 1024
 STORE_OPTION_PREFIX: Final = "remote.storage.s3."
 S3_OPTIONS: Final = frozenset(
     {
@@ -72,6 +74,7 @@ class ReadOptions:
     fail_on_data_loss: bool
     store: StoreOptions | None
     hot_split_offsets: int
+    cold_split_bytes: int
     max_offsets_per_trigger: int | None
 
 
@@ -102,6 +105,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -
         fail_on_data_loss=get.boolean("failOnDataLoss", True),
         store=store,
         hot_split_offsets=get.integer("hotSplitOffsets", minimum=1) or HOT_SPLIT_OFFSETS_DEFAULT,
+        cold_split_bytes=get.integer("coldSplitBytes", minimum=1) or COLD_SPLIT_BYTES_DEFAULT,
         max_offsets_per_trigger=get.integer("maxOffsetsPerTrigger", minimum=1),
     )
 

@@ -37,11 +37,12 @@ class PartitionRange:
 
 @dataclass(frozen=True)
 class ColdSplit(InputPartition):  # type: ignore[misc]
-    """Offsets [start, end) of one object, read from the store by the executor."""
+    """Offsets [start, end) of a run of consecutive objects, read from the store by the
+    executor, one after the other."""
 
     topic: str
     partition: int
-    item: ColdObject
+    items: tuple[ColdObject, ...]
     start: int
     end: int
 
@@ -70,11 +71,15 @@ def splits_for(
         hot_start = r.start
         if store is not None:
             manifest = store.manifest(r.topic, r.partition)
-            for item in finished_objects(manifest):
-                if item.last_offset < r.start or item.base_offset >= r.end:
-                    continue
-                start, end = max(r.start, item.base_offset), min(r.end, item.last_offset + 1)
-                splits.append(ColdSplit(r.topic, r.partition, item, start, end))
+            items = [
+                item
+                for item in finished_objects(manifest)
+                if item.last_offset >= r.start and item.base_offset < r.end
+            ]
+            for run in _runs(items, options.cold_split_bytes):
+                start = max(r.start, run[0].base_offset)
+                end = min(r.end, run[-1].last_offset + 1)
+                splits.append(ColdSplit(r.topic, r.partition, tuple(run), start, end))
                 hot_start = max(hot_start, end)
         if options.bootstrap_servers is None:
             continue  # the store alone: the cold part is all there is
@@ -82,6 +87,21 @@ def splits_for(
             end = min(start + options.hot_split_offsets, r.end)
             splits.append(HotSplit(r.topic, r.partition, start, end))
     return splits
+
+
+def _runs(items: list[ColdObject], bytes_max: int) -> list[list[ColdObject]]:
+    """Consecutive objects grouped up to `bytes_max` of object bytes each (at least one per
+    run): a task per object would spend more on starting than on reading small objects."""
+    runs: list[list[ColdObject]] = []
+    run_bytes = 0
+    for item in items:
+        if runs and run_bytes + item.size_bytes <= bytes_max:
+            runs[-1].append(item)
+            run_bytes += item.size_bytes
+        else:
+            runs.append([item])
+            run_bytes = item.size_bytes
+    return runs
 
 
 class Planner:

@@ -70,7 +70,7 @@ def tiered_since(store: ColdStore, split: HotSplit) -> list[ColdSplit]:
         if item.base_offset > position or position >= split.end:
             break
         end = min(split.end, item.last_offset + 1)
-        found.append(ColdSplit(split.topic, split.partition, item, position, end))
+        found.append(ColdSplit(split.topic, split.partition, (item,), position, end))
         position = end
     return found
 
@@ -78,13 +78,16 @@ def tiered_since(store: ColdStore, split: HotSplit) -> list[ColdSplit]:
 def _read_cold(
     store: ColdStore, split: ColdSplit, options: ReadOptions, target: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
-    try:
-        for batch in store.read(split.item, split.start, split.end, target.names):
-            if batch.num_rows:
-                yield _conform(batch, target)
-    except DataLossError:
-        if options.fail_on_data_loss:
-            raise
+    for item in split.items:
+        start = max(split.start, item.base_offset)
+        end = min(split.end, item.last_offset + 1)
+        try:
+            for batch in store.read(item, start, end, target.names):
+                if batch.num_rows:
+                    yield _conform(batch, target)
+        except DataLossError:
+            if options.fail_on_data_loss:
+                raise
 
 
 def _read_hot(

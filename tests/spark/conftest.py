@@ -8,13 +8,11 @@ same riverbed and riverbed_spark as the tests.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 
 import pytest
 from pyspark.sql import SparkSession
-from riverbed_spark import RiverbedDataSource
+from riverbed_spark.local import local_session
 
 from tests.tiering.conftest import (  # noqa: F401 - fixtures, by their names
     moto_server,
@@ -27,20 +25,7 @@ SPARK_CORES = 2
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"  # loopback only
-    session = (
-        SparkSession.builder.master(f"local[{SPARK_CORES}]")
-        .appName("riverbed-tests")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", str(SPARK_CORES))
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("WARN")
-    session.dataSource.register(RiverbedDataSource)
+    session = local_session("riverbed-tests", SPARK_CORES, **{"spark.sql.session.timeZone": "UTC"})
     try:
         yield session
     finally:

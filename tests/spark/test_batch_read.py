@@ -116,26 +116,15 @@ def test_a_dataframe_over_cold_and_hot_equals_what_a_consumer_reads(
     spark: SparkSession, tiered_broker: tuple[BrokerProcess, Path]
 ) -> None:
     broker, store = tiered_broker
-    topic = f"history-{uuid.uuid4().hex[:8]}"
-    asyncio.run(create_and_fill(broker, topic))
-    asyncio.run(
-        wait_until(
-            lambda: min(local_starts(broker, topic)) > RECORDS // PARTITIONS // 2,
-            "most of each partition tiered",
-        )
-    )
+    topic = tiered_topic(broker)
     expected = asyncio.run(consumed(broker, topic))
-    got = spark_rows(
-        spark,
-        **{
-            "bootstrap.servers": broker.bootstrap,
-            "remote.storage.url": f"file://{store}",
-            "subscribe": topic,
-            "includeHeaders": "true",
-        },
-    )
-    assert len(got) == RECORDS
-    assert got == expected
+    options = options_for(broker, f"file://{store}", subscribe=topic)
+    # The default groups each partition's objects into one split; 1 byte: one split per object.
+    for split_bytes in (None, "1"):
+        more = {} if split_bytes is None else {"coldSplitBytes": split_bytes}
+        got = spark_rows(spark, **options, **more)
+        assert len(got) == RECORDS
+        assert got == expected
 
 
 def tiered_topic(broker: BrokerProcess) -> str:

@@ -1,0 +1,2 @@
+"""Historical jobs over Riverbed topics, runnable as `python -m riverbed_spark.jobs.<name>` or
+with `spark-submit`."""
