@@ -39,6 +39,7 @@ from riverbed.hot.log import LogConfig
 from riverbed.hot.log_manager import LogManager
 from riverbed.hot.partitions import Partition, PartitionManager
 from riverbed.hot.replica_fetcher import ReplicaFetcherManager
+from riverbed.hot.retention import apply_retention
 from riverbed.hot.server import KafkaServer, ServerLimits
 from riverbed.protocol.errors import KafkaError
 
@@ -166,7 +167,12 @@ class Broker:
         if self._ctx.tiering is not None:
             await self._ctx.tiering.start()
             stack.push_async_callback(self._ctx.tiering.stop)
-        for loop, name in ((self._checkpoint_loop, "checkpoints"), (self._flush_loop, "flush")):
+        loops = (
+            (self._checkpoint_loop, "checkpoints"),
+            (self._flush_loop, "flush"),
+            (self._retention_loop, "retention"),
+        )
+        for loop, name in loops:
             task = asyncio.create_task(loop(), name=name)
             stack.push_async_callback(_cancel, task)
         log.info(
@@ -356,6 +362,18 @@ class Broker:
             await asyncio.sleep(FLUSH_CHECK_INTERVAL_S)
             for partition in ctx.partitions:
                 partition.log.flush_if_due()
+
+    async def _retention_loop(self) -> None:
+        """Deletion retention on the hot tier, every log.retention.check.interval.ms."""
+        ctx = self._require_ctx()
+        tiering = ctx.tiering
+
+        def tiered(topic: str) -> bool:
+            return tiering is not None and tiering.enabled_for(topic)
+
+        while True:
+            await asyncio.sleep(self.config.log_retention_check_interval_ms / 1000)
+            apply_retention(ctx.partitions, self._topic_config, tiered, ctx.now_ms())
 
     def _require_ctx(self) -> BrokerContext:
         if self._ctx is None:

@@ -673,11 +673,12 @@ class PartitionLog:
             )
         return stats
 
-    def delete_segments_below(self, offset: int) -> int:
-        """Delete the sealed segments all of whose offsets are below `offset` (they are in the
-        remote tier); the local log start moves to the first segment kept. The active segment
-        is never deleted. Returns the bytes freed. Leader epochs are kept: they still describe
-        the remote part of the log."""
+    def delete_segments_below(self, offset: int, *, reason: str = "tiered") -> int:
+        """Delete the sealed segments all of whose offsets are below `offset` (uploaded to the
+        remote tier, or past retention: `reason` says which, in the log line); the local log
+        start moves to the first segment kept. The active segment is never deleted. Returns the
+        bytes freed. Leader epochs are kept: they still describe the remote part of the log,
+        and OffsetForLeaderEpoch answers for epochs below the log start as Kafka does."""
         self._check_usable()
         doomed = []
         while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
@@ -689,9 +690,10 @@ class PartitionLog:
             segment.delete()
         fsync_dir(self._directory)
         log.info(
-            "%s: deleted %d tiered segments, local log start %d",
+            "%s: deleted %d segments (%s), local log start %d",
             self,
             len(doomed),
+            reason,
             self.log_start_offset,
         )
         return freed

@@ -300,9 +300,10 @@ class Partition:
         )
 
     def restart_at(self, offset: int) -> None:
-        """Start over, empty, at the leader's local log start (our log ends below it and the
-        offsets in between are only in the remote tier). Producer state starts empty too:
-        Kafka restores it from a remote snapshot, which Riverbed does not upload yet."""
+        """Start over, empty, at the leader's local log start (our log ends below it: the
+        offsets in between are only in the remote tier, or retention deleted them). Producer
+        state starts empty too: Kafka restores it from a remote snapshot, which Riverbed does
+        not upload yet."""
         self.log.restart_at(offset)
         self.producer_state = ProducerStateManager()
 

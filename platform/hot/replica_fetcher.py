@@ -343,13 +343,21 @@ class LeaderFetcher:
                 )
                 self._back_off(followed)
             return
+        below_leader_start = data.log_start_offset > partition.log.log_end_offset
+        if error == ErrorCode.OFFSET_OUT_OF_RANGE and below_leader_start:
+            # The leader deleted what we lack (retention ran while we were away): Kafka's
+            # follower truncates fully and goes on from the leader's log start.
+            log.info(
+                "%s: the leader's log now starts at %d, past our end; restarting the log there",
+                partition,
+                data.log_start_offset,
+            )
+            partition.restart_at(data.log_start_offset)
+            return
         if error == ErrorCode.OFFSET_OUT_OF_RANGE:
             # Our log end is past the leader's (an unclean election): find where we diverge.
             followed.truncated = False
-        elif (
-            error == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE
-            and data.log_start_offset > partition.log.log_end_offset
-        ):
+        elif error == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE and below_leader_start:
             log.info(
                 "%s: offsets up to %d are only in the remote tier; restarting the log there",
                 partition,

@@ -38,6 +38,7 @@ from pathlib import Path
 from riverbed.configs import TopicConfig
 from riverbed.hot.log import PartitionLog, SealedBatches
 from riverbed.hot.partitions import Partition, PartitionManager
+from riverbed.hot.retention import UNLIMITED, log_start_after_retention
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.tiering.manifest import (
     Manifest,
@@ -63,9 +64,8 @@ CONVERSIONS_AHEAD_MAX = 2
 # After a failed round a partition waits, doubling, up to the max (store down: few retries).
 RETRY_BACKOFF_MS = 1_000
 RETRY_BACKOFF_MAX_MS = 30_000
-# Kafka's -2 for local.retention.*: "the same as retention.*"; -1: unlimited.
+# Kafka's -2 for local.retention.*: "the same as retention.*" (-1, UNLIMITED: no limit).
 FROM_TOTAL_RETENTION = -2
-UNLIMITED = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -468,26 +468,15 @@ class Offloader:
         self, partition_log: PartitionLog, config: TopicConfig, manifest: Manifest
     ) -> None:
         """Delete local segments that are uploaded and past local retention."""
-        retention_ms = _local_limit(config.local_retention_ms, config.retention_ms)
-        retention_bytes = _local_limit(config.local_retention_bytes, config.retention_bytes)
-        uploaded_end = manifest.finished_end_offset
-        stats = partition_log.segment_stats()
-        kept_bytes = sum(s.size_bytes for s in stats)
-        now_ms = self._now_ms()
-        delete_below = partition_log.log_start_offset
-        for segment in stats:
-            if not segment.sealed or segment.next_offset > uploaded_end:
-                break
-            too_old = retention_ms != UNLIMITED and now_ms - segment.max_timestamp_ms > retention_ms
-            # Kafka's rule: delete only while what stays still reaches the limit.
-            too_big = (
-                retention_bytes != UNLIMITED and kept_bytes - segment.size_bytes >= retention_bytes
-            )
-            if not (too_old or too_big):
-                break
-            kept_bytes -= segment.size_bytes
-            delete_below = segment.next_offset
-        partition_log.delete_segments_below(delete_below)
+        start = log_start_after_retention(
+            partition_log.segment_stats(),
+            retention_ms=_local_limit(config.local_retention_ms, config.retention_ms),
+            retention_bytes=_local_limit(config.local_retention_bytes, config.retention_bytes),
+            now_ms=self._now_ms(),
+            limit_offset=manifest.finished_end_offset,
+        )
+        if start is not None:
+            partition_log.delete_segments_below(start)
 
 
 def _local_limit(local: int, total: int) -> int:

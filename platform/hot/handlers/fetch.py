@@ -158,6 +158,9 @@ def _read_partition(
                 f"start {start}",
             )
         if not start <= wanted.fetch_offset <= end:
+            # With our log start: a follower below it (retention ran while it was away)
+            # restarts its log there.
+            data.log_start_offset = start
             raise KafkaError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"{partition}: follower offset {wanted.fetch_offset} is outside [{start}, {end}]",
