@@ -343,28 +343,24 @@ class LeaderFetcher:
                 )
                 self._back_off(followed)
             return
-        below_leader_start = data.log_start_offset > partition.log.log_end_offset
-        if error == ErrorCode.OFFSET_OUT_OF_RANGE and below_leader_start:
-            # The leader deleted what we lack (retention ran while we were away): Kafka's
-            # follower truncates fully and goes on from the leader's log start.
+        if (
+            error in (ErrorCode.OFFSET_OUT_OF_RANGE, ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE)
+            and data.log_start_offset > partition.log.log_end_offset
+        ):
+            # The leader's log starts past our end: what we lack is only in the remote tier, or
+            # retention deleted it while we were away. Kafka's follower truncates fully and
+            # goes on from the leader's log start.
             log.info(
-                "%s: the leader's log now starts at %d, past our end; restarting the log there",
+                "%s: the leader's log starts at %d, past our end (%s); restarting the log there",
                 partition,
                 data.log_start_offset,
+                error.name,
             )
             partition.restart_at(data.log_start_offset)
             return
         if error == ErrorCode.OFFSET_OUT_OF_RANGE:
             # Our log end is past the leader's (an unclean election): find where we diverge.
             followed.truncated = False
-        elif error == ErrorCode.OFFSET_MOVED_TO_TIERED_STORAGE and below_leader_start:
-            log.info(
-                "%s: offsets up to %d are only in the remote tier; restarting the log there",
-                partition,
-                data.log_start_offset,
-            )
-            partition.restart_at(data.log_start_offset)
-            return
         else:
             log.info("%s: leader %d answered %s", partition, self.leader_id, error.name)
         self._back_off(followed, error)

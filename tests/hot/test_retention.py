@@ -101,17 +101,23 @@ def broker(broker_factory: BrokerFactory) -> BrokerProcess:
 RECORDS = 2_000
 
 
-async def test_a_broker_deletes_segments_past_retention_and_readers_below_reset(
-    broker: BrokerProcess,
-) -> None:
+async def new_topic(bootstrap: str, replication_factor: int, configs: dict[str, str]) -> str:
+    """A one-partition topic with 16 KiB segments (many to delete) and `configs`."""
     topic = f"retained-{uuid.uuid4().hex[:8]}"
-    async with Admin(bootstrap_servers=broker.bootstrap) as admin:
+    async with Admin(bootstrap_servers=bootstrap) as admin:
         await admin.create_topic(
             topic,
             partitions=1,
-            replication_factor=1,
-            configs={"segment.bytes": "16384", "retention.ms": str(HOUR_MS)},
+            replication_factor=replication_factor,
+            configs={"segment.bytes": "16384", **configs},
         )
+    return topic
+
+
+async def test_a_broker_deletes_segments_past_retention_and_readers_below_reset(
+    broker: BrokerProcess,
+) -> None:
+    topic = await new_topic(broker.bootstrap, 1, {"retention.ms": str(HOUR_MS)})
     now_ms = int(time.time() * 1000)
     old = RECORDS // 2
     await produce(broker, topic, [now_ms - 2 * HOUR_MS] * old + [now_ms] * (RECORDS - old))
@@ -153,14 +159,7 @@ async def test_a_broker_deletes_segments_past_retention_and_readers_below_reset(
 
 
 async def test_a_compacted_only_topic_is_not_deleted_by_retention(broker: BrokerProcess) -> None:
-    topic = f"kept-{uuid.uuid4().hex[:8]}"
-    async with Admin(bootstrap_servers=broker.bootstrap) as admin:
-        await admin.create_topic(
-            topic,
-            partitions=1,
-            replication_factor=1,
-            configs={"segment.bytes": "16384", "retention.ms": "1", "cleanup.policy": "compact"},
-        )
+    topic = await new_topic(broker.bootstrap, 1, {"retention.ms": "1", "cleanup.policy": "compact"})
     await produce(broker, topic, [int(time.time() * 1000) - 2 * HOUR_MS] * 500)
     await asyncio.sleep(1.0)  # several retention rounds
     assert log_start(broker, topic) == 0
@@ -175,14 +174,7 @@ async def test_a_follower_back_after_retention_passed_its_log_end_restarts_at_th
     cluster = await cluster_factory(
         2, {"log.retention.check.interval.ms": "200", "zookeeper.session.timeout.ms": "6000"}
     )
-    topic = f"retained-{uuid.uuid4().hex[:8]}"
-    async with Admin(bootstrap_servers=cluster.bootstrap) as admin:
-        await admin.create_topic(
-            topic,
-            partitions=1,
-            replication_factor=2,
-            configs={"segment.bytes": "16384", "retention.bytes": "40000"},
-        )
+    topic = await new_topic(cluster.bootstrap, 2, {"retention.bytes": "40000"})
     state = await partition_state(cluster.bootstrap, topic, 0)
     follower = next(b for b in state.replicas if b != state.leader)
     cluster.kill(follower)
