@@ -121,6 +121,12 @@ class RiverbedStreamReader(DataSourceStreamReader):  # type: ignore[misc]
             ends = _rate_limited(begun, ends, limit.max_rows)
         return as_offset_dict(ends)
 
+    def reportLatestOffset(self) -> OffsetDict:
+        """The partitions' ends now: Spark shows them in the query's progress."""
+        planner = Planner(self.options)
+        partitions = planner.partitions()
+        return as_offset_dict(planner.offsets(partitions, -1, None))
+
     def partitions(self, start: OffsetDict, end: OffsetDict) -> list[Split]:
         begun = from_offset_dict(start)
         ranges = []

@@ -84,6 +84,8 @@ def test_a_stream_stopped_and_restarted_from_its_checkpoint_reads_every_record_o
     end = {str(p): (RECORDS + MORE_RECORDS) // PARTITIONS for p in range(PARTITIONS)}
     run_until(query, lambda p: json.loads(p["sources"][0]["endOffset"]) == {topic: end})
     query.stop()
+    # reportLatestOffset: the progress shows where each partition ends.
+    assert json.loads(query.recentProgress[-1]["sources"][0]["latestOffset"]) == {topic: end}
     again = [p["numInputRows"] for p in query.recentProgress]
     assert all(rows <= MAX_OFFSETS_PER_TRIGGER for rows in again)
     assert sum(first) + sum(again) == RECORDS + MORE_RECORDS
