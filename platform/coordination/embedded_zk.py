@@ -62,7 +62,7 @@ class ZooKeeperNotInstalledError(RuntimeError):
 
 
 class ZooKeeperStartError(RuntimeError):
-    """The server process exited or did not answer `ruok` in time."""
+    """The server process exited or was not serving clients in time."""
 
 
 def is_available() -> bool:
@@ -92,6 +92,22 @@ def ruok(host: str, port: int, timeout_ms: int = PROBE_TIMEOUT_MS) -> bool:
             sock.sendall(b"ruok")
             sock.shutdown(socket.SHUT_WR)
             return sock.recv(16) == b"imok"
+    except OSError:
+        return False
+
+
+def serving(host: str, port: int, timeout_ms: int = PROBE_TIMEOUT_MS) -> bool:
+    """True once the server serves clients. `ruok` answers `imok` as soon as the process
+    listens, before it has loaded its data; a client connecting then is dropped, and one
+    whose retries run out meanwhile fails. `srvr` says "not currently serving" until then."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_ms / 1000) as sock:
+            sock.sendall(b"srvr")
+            sock.shutdown(socket.SHUT_WR)
+            answer = b""
+            while chunk := sock.recv(4096):
+                answer += chunk
+            return answer.startswith(b"Zookeeper version:")
     except OSError:
         return False
 
@@ -155,7 +171,8 @@ class EmbeddedZooKeeper:
         return self._process is not None and self._process.poll() is None
 
     def start(self, timeout_ms: int = START_TIMEOUT_MS) -> None:
-        """Start the server and return once it answers `ruok`; raise ZooKeeperStartError if not."""
+        """Start the server and return once it serves clients; raise ZooKeeperStartError if
+        not."""
         require_available()
         if self._process is not None:
             raise RuntimeError(f"ZooKeeper on {self.connect_string} is already started")
@@ -248,7 +265,7 @@ class EmbeddedZooKeeper:
         if process is None:
             raise RuntimeError("ZooKeeper process is not started")
         deadline = time.monotonic() + timeout_ms / 1000
-        while not ruok(self.host, self.port):
+        while not serving(self.host, self.port):
             exit_code = process.poll()
             if exit_code is not None:
                 raise ZooKeeperStartError(
@@ -257,7 +274,7 @@ class EmbeddedZooKeeper:
                 )
             if time.monotonic() > deadline:
                 raise ZooKeeperStartError(
-                    f"ZooKeeper on {self.connect_string} did not answer ruok within "
+                    f"ZooKeeper on {self.connect_string} was not serving within "
                     f"{timeout_ms} ms; log tail: {self._log_tail()}"
                 )
             time.sleep(PROBE_INTERVAL_MS / 1000)
