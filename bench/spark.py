@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -203,10 +204,7 @@ def column_bytes(store_dir: Path) -> dict[str, int]:
         metadata = pq.ParquetFile(path).metadata
         for group in range(metadata.num_row_groups):
             row_group = metadata.row_group(group)
-            sizes = {
-                row_group.column(i).path_in_schema.split(".")[0]: 0
-                for i in range(row_group.num_columns)
-            }
+            sizes: Counter[str] = Counter()  # per top-level column (headers has two leaves)
             for i in range(row_group.num_columns):
                 column = row_group.column(i)
                 sizes[column.path_in_schema.split(".")[0]] += column.total_compressed_size

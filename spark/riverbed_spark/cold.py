@@ -8,6 +8,7 @@ range, and reads only the columns the query's schema names.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlparse
@@ -21,14 +22,14 @@ from riverbed.tiering.manifest import (
     manifest_key,
     partition_prefix,
 )
+from riverbed.tiering.stores import s3_settings
 
-from riverbed_spark.options import StoreOptions, environment_s3_defaults
+from riverbed_spark.options import StoreOptions
 
 # Control batches (transaction markers) are rows in the objects, flagged by this attribute bit;
 # consumers never see them, so neither does Spark.
 CONTROL_BATCH_BIT = 1 << 5
 MANIFEST_SUFFIX = ".json"
-CREDENTIALS = ("access.key.id", "secret.access.key", "session.token")
 
 
 class DataLossError(RuntimeError):
@@ -164,28 +165,19 @@ def _open(options: StoreOptions) -> tuple[pafs.FileSystem, str]:
     url = urlparse(options.url)
     if url.scheme == "file":
         return pafs.LocalFileSystem(), url.path.rstrip("/")
-    settings = {**environment_s3_defaults(), **options.s3}
-    if "access.key.id" in options.s3:
-        # Credentials come whole from the options or whole from the environment, as the broker
-        # takes them: never an option's key with the environment's session token.
-        for name in CREDENTIALS:
-            settings.pop(name, None)
-            if name in options.s3:
-                settings[name] = options.s3[name]
-    endpoint = settings.get("endpoint")
-    scheme = "https"
-    endpoint_override = None
-    if endpoint:
-        parsed = urlparse(endpoint)
-        scheme = parsed.scheme or "https"
-        endpoint_override = parsed.netloc or parsed.path
+    # The broker's own resolution of the settings and the AWS environment variables.
+    settings = s3_settings(options.settings, os.environ)
+    endpoint = urlparse(settings.endpoint_url) if settings.endpoint_url else None
     filesystem = pafs.S3FileSystem(
-        access_key=settings.get("access.key.id"),
-        secret_key=settings.get("secret.access.key"),
-        session_token=settings.get("session.token"),
-        region=settings.get("region"),
-        scheme=scheme,
-        endpoint_override=endpoint_override,
-        force_virtual_addressing=settings.get("path.style.access", "false").lower() != "true",
+        access_key=settings.access_key_id,
+        secret_key=settings.secret_access_key,
+        session_token=settings.session_token,
+        region=settings.region,
+        scheme=endpoint.scheme if endpoint else "https",
+        endpoint_override=endpoint.netloc if endpoint else None,
+        force_virtual_addressing=settings.addressing_style == "virtual",
+        connect_timeout=settings.connect_timeout_ms / 1000,
+        request_timeout=settings.request_timeout_ms / 1000,
+        retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=settings.retries_max + 1),
     )
     return filesystem, f"{url.netloc}{url.path}".rstrip("/")

@@ -16,24 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from riverbed.configs import REMOTE_STORAGE_S3
+from riverbed.tiering.stores import s3_settings
+
 EARLIEST: Final = -2
 LATEST: Final = -1
 # Hot ranges are read through the broker in splits of at most this many offsets.
 HOT_SPLIT_OFFSETS_DEFAULT: Final = 1_000_000
 # Cold splits group consecutive objects up to this many object bytes.
 COLD_SPLIT_BYTES_DEFAULT: Final = 32 * 1024 * 1024
-STORE_OPTION_PREFIX: Final = "remote.storage.s3."
-S3_OPTIONS: Final = frozenset(
-    {
-        "endpoint",
-        "region",
-        "path.style.access",
-        "access.key.id",
-        "secret.access.key",
-        "session.token",
-    }
-)
-
 # One offset spec: a single value for every partition, or values per (topic, partition).
 OffsetSpec = int | dict[tuple[str, int], int]
 
@@ -59,7 +50,9 @@ class StoreOptions:
     """Where the cold tier is and how to reach it, with the broker's setting names."""
 
     url: str  # file:///path or s3://bucket[/prefix]
-    s3: Mapping[str, str] = field(default_factory=dict)
+    # remote.storage.s3.* as given; resolved with the environment where the store is opened
+    # (on each executor, whose environment is the one that counts there).
+    settings: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -110,30 +103,24 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -
     )
 
 
-def store_options_from(options: Mapping[str, str]) -> StoreOptions | None:
-    return _store_options(_Getter(options))
-
-
 def _store_options(get: _Getter) -> StoreOptions | None:
+    """`remote.storage.url` and `remote.storage.s3.*`, checked as the broker checks its own
+    settings of those names (riverbed.tiering.stores), environment fallbacks included."""
     url = get.text("remote.storage.url")
-    s3 = {
-        name[len(STORE_OPTION_PREFIX) :]: value
+    settings = {
+        name.lower(): value
         for name, value in get.options.items()
-        if name.lower().startswith(STORE_OPTION_PREFIX)
+        if name.lower().startswith(REMOTE_STORAGE_S3)
     }
-    unknown = sorted(set(s3) - S3_OPTIONS)
-    if unknown:
-        raise ValueError(
-            f"unknown option {STORE_OPTION_PREFIX}{unknown[0]}; known: "
-            + ", ".join(sorted(STORE_OPTION_PREFIX + n for n in S3_OPTIONS))
-        )
     if url is None:
-        if s3:
-            raise ValueError(f"{STORE_OPTION_PREFIX}* options given without remote.storage.url")
+        if settings:
+            raise ValueError(f"{REMOTE_STORAGE_S3}* options given without remote.storage.url")
         return None
-    if not url.startswith(("file:///", "s3://")):
+    if url.startswith("s3://"):
+        s3_settings(settings, os.environ)  # raises ValueError naming a bad or unknown option
+    elif not url.startswith("file:///"):
         raise ValueError(f"remote.storage.url must be file:///abs/path or s3://bucket, got {url!r}")
-    return StoreOptions(url, s3)
+    return StoreOptions(url, settings)
 
 
 def _subscription(get: _Getter) -> Subscription:
@@ -226,21 +213,3 @@ class _Getter:
         if text.lower() not in ("true", "false"):
             raise ValueError(f"{name} must be true or false, got {text!r}")
         return text.lower() == "true"
-
-
-def environment_s3_defaults() -> dict[str, str]:
-    """The standard AWS variables the brokers also read, for options left unset."""
-    names = {
-        "endpoint": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
-        "region": ("AWS_REGION", "AWS_DEFAULT_REGION"),
-        "access.key.id": ("AWS_ACCESS_KEY_ID",),
-        "secret.access.key": ("AWS_SECRET_ACCESS_KEY",),
-        "session.token": ("AWS_SESSION_TOKEN",),
-    }
-    found = {}
-    for option, variables in names.items():
-        for variable in variables:
-            if os.environ.get(variable):
-                found[option] = os.environ[variable]
-                break
-    return found

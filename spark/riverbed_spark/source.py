@@ -33,7 +33,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from riverbed_spark.options import EARLIEST, ReadOptions, parse_read_options
+from riverbed_spark.options import EARLIEST, LATEST, ReadOptions, parse_read_options
 from riverbed_spark.planning import (
     OffsetDict,
     PartitionRange,
@@ -111,11 +111,8 @@ class RiverbedStreamReader(DataSourceStreamReader):  # type: ignore[misc]
     def latestOffset(self, start: OffsetDict, limit: ReadLimit) -> OffsetDict:
         planner = Planner(self.options)
         partitions = planner.partitions()
-        latest = planner.offsets(partitions, -1, None)
-        begun = from_offset_dict(start)
-        # A partition that appeared since the query started is read from its beginning.
-        new = [tp for tp in partitions if tp not in begun]
-        begun.update(planner.offsets(new, EARLIEST, None) if new else {})
+        latest = planner.offsets(partitions, LATEST, None)
+        begun = _starts(planner, start, partitions)
         ends = {tp: max(latest[tp], begun[tp]) for tp in partitions}
         if isinstance(limit, ReadMaxRows):
             ends = _rate_limited(begun, ends, limit.max_rows)
@@ -124,17 +121,13 @@ class RiverbedStreamReader(DataSourceStreamReader):  # type: ignore[misc]
     def reportLatestOffset(self) -> OffsetDict:
         """The partitions' ends now: Spark shows them in the query's progress."""
         planner = Planner(self.options)
-        partitions = planner.partitions()
-        return as_offset_dict(planner.offsets(partitions, -1, None))
+        return as_offset_dict(planner.offsets(planner.partitions(), LATEST, None))
 
     def partitions(self, start: OffsetDict, end: OffsetDict) -> list[Split]:
-        begun = from_offset_dict(start)
-        ranges = []
         planner = Planner(self.options)
-        new = [tp for tp in from_offset_dict(end) if tp not in begun]
-        begun.update(planner.offsets(new, EARLIEST, None) if new else {})
-        for (topic, partition), stop in from_offset_dict(end).items():
-            ranges.append(PartitionRange(topic, partition, begun[(topic, partition)], stop))
+        ends = from_offset_dict(end)
+        begun = _starts(planner, start, list(ends))
+        ranges = [PartitionRange(t, p, begun[(t, p)], stop) for (t, p), stop in ends.items()]
         return splits_for(ranges, self.options, planner.store)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -155,6 +148,18 @@ class RiverbedWriter(DataSourceArrowWriter):  # type: ignore[misc]
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Written:
         return Written(write_batches(iterator, self.options))
+
+
+def _starts(
+    planner: Planner, start: OffsetDict, partitions: list[tuple[str, int]]
+) -> dict[tuple[str, int], int]:
+    """Where each partition's micro-batch starts: the offset in `start`, or its beginning for a
+    partition that appeared since the query started."""
+    begun = from_offset_dict(start)
+    new = [tp for tp in partitions if tp not in begun]
+    if new:
+        begun.update(planner.offsets(new, EARLIEST, None))
+    return begun
 
 
 def _target(schema: StructType) -> pa.Schema:

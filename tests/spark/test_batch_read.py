@@ -108,8 +108,8 @@ def spark_rows(spark: SparkSession, **options: str) -> list[tuple[Any, ...]]:
     return sorted(rows, key=lambda row: (row[3], row[4]))
 
 
-def local_starts(broker: BrokerProcess, topic: str) -> list[int]:
-    return [int(broker.segment_files(topic, p)[0].stem) for p in range(PARTITIONS)]
+def local_starts(broker: BrokerProcess, topic: str, partitions: int = PARTITIONS) -> list[int]:
+    return [int(broker.segment_files(topic, p)[0].stem) for p in range(partitions)]
 
 
 def test_a_dataframe_over_cold_and_hot_equals_what_a_consumer_reads(

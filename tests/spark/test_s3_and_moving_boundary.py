@@ -51,7 +51,7 @@ def test_executors_read_s3_directly_and_a_narrow_schema_reads_fewer_bytes(
     # a reader fetches a small object whole with its footer anyway).
     wide = f"wide-{uuid.uuid4().hex[:8]}"
     asyncio.run(fill_wide(broker, wide))
-    asyncio.run(wait_until(lambda: local_starts_of(broker, wide, 1)[0] > 0, "wide topic tiered"))
+    asyncio.run(wait_until(lambda: local_starts(broker, wide, 1)[0] > 0, "wide topic tiered"))
     options = {**options, "subscribe": wide}
     reader = spark.read.format("riverbed").options(**options)
 
@@ -86,10 +86,6 @@ async def fill_wide(broker: BrokerProcess, topic: str) -> None:
         await producer.flush()
         for future in futures:
             await future
-
-
-def local_starts_of(broker: BrokerProcess, topic: str, partitions: int) -> list[int]:
-    return [int(broker.segment_files(topic, p)[0].stem) for p in range(partitions)]
 
 
 def test_a_hot_split_tiered_and_deleted_locally_since_planning_is_read_from_the_store(
