@@ -19,7 +19,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import client_throughput, groups, produce_consume, replication, spark, startup, tiering
+from bench import (
+    client_throughput,
+    compaction,
+    groups,
+    produce_consume,
+    replication,
+    spark,
+    startup,
+    tiering,
+)
 from bench.machine import machine_info
 from bench.options import BenchOptions, BenchResult
 
@@ -31,6 +40,7 @@ BENCHMARKS: dict[str, Callable[[BenchOptions], BenchResult]] = {
     groups.NAME: groups.run,
     tiering.NAME: tiering.run,
     spark.NAME: spark.run,
+    compaction.NAME: compaction.run,
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 # Scratch data dirs live here (git-ignored): on the repository's disk, deleted after each run.

@@ -260,6 +260,16 @@ BROKER_ONLY_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
               "ISR", at_least(1)),
     ConfigDef("log.retention.check.interval.ms", _T.LONG, 300000, "how often retention runs",
               at_least(1)),
+    ConfigDef("log.cleaner.enable", _T.BOOLEAN, True, "run the log cleaner (compaction of "
+              "cleanup.policy=compact topics, __consumer_offsets among them)"),
+    ConfigDef("log.cleaner.backoff.ms", _T.LONG, 15000, "how long the cleaner sleeps when no "
+              "log needs cleaning", at_least(1)),
+    ConfigDef("log.cleaner.dedupe.buffer.size", _T.LONG, 134217728, "memory for the cleaner's "
+              "key -> latest offset map; a pass cleans as far as the map reaches",
+              at_least(1024 * 1024)),
+    ConfigDef("log.cleaner.io.max.bytes.per.second", _T.DOUBLE, 1.7976931348623157e308,
+              "cap on the cleaner's reads plus writes", Validator(
+                  lambda v: isinstance(v, float) and v > 0, "a number above 0")),
     ConfigDef("offsets.topic.num.partitions", _T.INT, 50, "partitions of __consumer_offsets "
               "(fixed once the topic exists)", at_least(1)),
     ConfigDef("offsets.topic.replication.factor", _T.INT, 3, "replication factor of "
@@ -423,6 +433,10 @@ class BrokerConfig:
     socket_request_max_bytes: int
     replica_lag_time_max_ms: int
     log_retention_check_interval_ms: int
+    log_cleaner_enable: bool
+    log_cleaner_backoff_ms: int
+    log_cleaner_dedupe_buffer_size: int
+    log_cleaner_io_max_bytes_per_second: float
     offsets_topic_num_partitions: int
     offsets_topic_replication_factor: int
     offsets_topic_segment_bytes: int

@@ -29,6 +29,7 @@ from riverbed.coordination.metadata_cache import (
 from riverbed.coordination.producer_ids import ProducerIdAllocator, ProducerIdIssuer
 from riverbed.coordination.zk import AsyncZooKeeper, ConnectionState
 from riverbed.groups.coordinator import GroupCoordinator
+from riverbed.hot.cleaner import CleanerSettings, LogCleaner
 from riverbed.hot.controlled_shutdown import request_controlled_shutdown
 from riverbed.hot.data_dir import check_data_dir_identity
 from riverbed.hot.dispatcher import Dispatcher
@@ -171,6 +172,7 @@ class Broker:
             (self._checkpoint_loop, "checkpoints"),
             (self._flush_loop, "flush"),
             (self._retention_loop, "retention"),
+            (self._cleaner_loop, "log cleaner"),
         )
         for loop, name in loops:
             task = asyncio.create_task(loop(), name=name)
@@ -366,14 +368,37 @@ class Broker:
     async def _retention_loop(self) -> None:
         """Deletion retention on the hot tier, every log.retention.check.interval.ms."""
         ctx = self._require_ctx()
-        tiering = ctx.tiering
-
-        def tiered(topic: str) -> bool:
-            return tiering is not None and tiering.enabled_for(topic)
-
         while True:
             await asyncio.sleep(self.config.log_retention_check_interval_ms / 1000)
-            apply_retention(ctx.partitions, self._topic_config, tiered, ctx.now_ms())
+            apply_retention(ctx.partitions, self._topic_config, self._tiered, ctx.now_ms())
+
+    async def _cleaner_loop(self) -> None:
+        """Compaction (riverbed.hot.cleaner): one log after another while any is due, then a
+        pause of log.cleaner.backoff.ms."""
+        config = self.config
+        if not config.log_cleaner_enable:
+            return
+        ctx = self._require_ctx()
+        cleaner = LogCleaner(
+            CleanerSettings(
+                config.log_cleaner_dedupe_buffer_size, config.log_cleaner_io_max_bytes_per_second
+            ),
+            ctx.now_ms,
+        )
+        while True:
+            try:
+                cleaned = await cleaner.clean_filthiest(
+                    ctx.partitions, self._topic_config, self._tiered
+                )
+            except Exception:  # a bug in one pass must not end compaction for good
+                log.exception("log cleaner pass failed")
+                cleaned = None
+            if cleaned is None:
+                await asyncio.sleep(config.log_cleaner_backoff_ms / 1000)
+
+    def _tiered(self, topic: str) -> bool:
+        tiering = self._require_ctx().tiering
+        return tiering is not None and tiering.enabled_for(topic)
 
     def _require_ctx(self) -> BrokerContext:
         if self._ctx is None:

@@ -27,13 +27,14 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from riverbed.hot.checkpoint import CheckpointError
+from riverbed.hot.cleaner_swap import finish_interrupted_swap, swap_in
 from riverbed.hot.fileio import fsync_dir
 from riverbed.hot.leader_epoch import LeaderEpochCache, leader_epoch_checkpoint_path
 from riverbed.hot.segment import (
@@ -201,6 +202,7 @@ class PartitionLog:
         above it, the segments from the one holding it onward are re-scanned (`_recover`).
         """
         directory.mkdir(parents=True, exist_ok=True)
+        finish_interrupted_swap(directory)
         segments = _open_segments(directory, config)
         if not segments:
             segments = [LogSegment.create(directory, 0, config.index_interval_bytes)]
@@ -697,6 +699,58 @@ class PartitionLog:
             self.log_start_offset,
         )
         return freed
+
+    # -- compaction ----------------------------------------------------------------------------
+
+    def cleanable_segments(self, below_offset: int) -> list[LogSegment]:
+        """The sealed segments from the log start on all of whose offsets are below
+        `below_offset`, oldest first: what the cleaner may rewrite (never the active one)."""
+        self._check_usable()
+        segments = []
+        for slot in range(len(self._segments) - 1):
+            if self._segments[slot + 1].base_offset > below_offset:
+                break
+            segments.append(self._segments[slot])
+        return segments
+
+    def replace_segments(self, groups: Sequence[Sequence[LogSegment]]) -> bool:
+        """Swap in the cleaned segments the cleaner wrote for `groups`, each a run of
+        consecutive sealed segments, all at once (riverbed.hot.cleaner_swap). False, and nothing
+        changed, if they no longer are runs of sealed segments of this log (retention,
+        truncation or tiering removed or replaced some while the cleaner worked)."""
+        self._check_usable()
+        slots = {id(segment): slot for slot, segment in enumerate(self._segments)}
+        spans = []
+        for group in groups:
+            slot = slots.get(id(group[0]))
+            if slot is None:
+                return False
+            end_slot = slot + len(group)
+            if end_slot >= len(self._segments) or any(
+                a is not b for a, b in zip(self._segments[slot:end_slot], group, strict=True)
+            ):
+                return False
+            spans.append((slot, end_slot))
+        ranges = [(self._segments[a].base_offset, self._segments[b].base_offset) for a, b in spans]
+        try:
+            swap_in(self._directory, ranges)
+            cleaned = [
+                LogSegment(self._directory, base_offset, self.config.index_interval_bytes)
+                for base_offset, _ in ranges
+            ]
+        except OSError as error:
+            # The marker may be written: only reopening the log can finish (or undo) the swap.
+            self._offline_reason = f"swapping in cleaned segments failed: {error}"
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: {error}") from error
+        # From the last group back, so that the slots of the groups before stay right.
+        swaps = sorted(zip(spans, cleaned, strict=True), key=lambda swap: swap[0], reverse=True)
+        for (slot, end_slot), segment in swaps:
+            for old in self._segments[slot:end_slot]:
+                old.close()  # their files are gone or replaced: close, never delete
+            segment.sealed = True
+            self._segments[slot:end_slot] = [segment]
+        self._hw_position = None
+        return True
 
     # -- truncation and lifecycle --------------------------------------------------------------
 

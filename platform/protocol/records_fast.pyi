@@ -13,3 +13,6 @@ def append_records(
     records: Iterable[tuple[Bytes | None, Bytes | None, Sequence[tuple[str, Bytes | None]], int]],
     base_timestamp: int,
 ) -> int: ...
+def record_keys(
+    data: Bytes, base_offset: int, base_timestamp: int, records_count: int
+) -> list[tuple[int, int, bytes | None, bool, int]]: ...

@@ -11,6 +11,9 @@ It refuses three things the wire format could carry, each a value no client writ
 that does not fit 64 bits, an offsetDelta outside int32 (Kafka's varint), and an offset or
 timestamp that overflows int64 once its delta is added.
 
+`record_keys` is the log cleaner's view of a batch: each record's key, offset, timestamp,
+whether it is a tombstone, and where it ends, so that the records kept are copied byte for byte.
+
 `append_records` is encode_batch's loop: it writes records sections (without the batch header,
 compression or CRC, which stay in records_codec) straight into the batch's bytearray.
 
@@ -156,6 +159,56 @@ cdef tuple decode_headers(
     return headers
 
 
+cdef struct RecordStart:
+    # A record's fields up to its value length, as both record loops below read them.
+    Py_ssize_t record_start
+    Py_ssize_t record_end
+    int64_t timestamp_delta
+    int64_t offset
+    Py_ssize_t key_position
+    int64_t key_length  # -1: null key
+    int64_t value_length  # -1: null value (a tombstone)
+
+
+cdef inline Py_ssize_t read_record_start(
+    const unsigned char *buf,
+    Py_ssize_t position,
+    Py_ssize_t end,
+    int64_t base_offset,
+    int64_t index,
+    int64_t records_count,
+    RecordStart *out,
+) except -1:
+    """Read record `index` at `position` up to its value length into `out`; return the position
+    of its value. Every read is checked against the record's own length; anything malformed
+    raises CorruptRecordError."""
+    cdef int64_t length, offset_delta
+    out.record_start = position
+    position = read_varint(buf, position, end, &length)
+    if position == CUT_SHORT or length < 0 or length > end - position:
+        raise corrupt(f"record {index} of {records_count} is cut short", out.record_start)
+    out.record_end = position + length
+    position += 1  # record attributes: unused in v2
+    position = read_varint(buf, position, out.record_end, &out.timestamp_delta)
+    if position == CUT_SHORT:
+        raise corrupt("record timestamp delta is cut short", out.record_start)
+    position = read_varint(buf, position, out.record_end, &offset_delta)
+    if position == CUT_SHORT or not INT32_MIN <= offset_delta <= INT32_MAX:
+        raise corrupt("record offset delta is cut short or not an int32", out.record_start)
+    if riverbed_add_overflows(base_offset, offset_delta, &out.offset):
+        raise corrupt("record offset overflows int64", out.record_start)
+    position = read_length(buf, position, out.record_end, &out.key_length)
+    if position == CUT_SHORT:
+        raise corrupt("record key length is below -1 or past the record", out.record_start)
+    out.key_position = position
+    if out.key_length > 0:
+        position += out.key_length
+    position = read_length(buf, position, out.record_end, &out.value_length)
+    if position == CUT_SHORT:
+        raise corrupt("record value length is below -1 or past the record", out.record_start)
+    return position
+
+
 def decode_records(tp, header, const unsigned char[::1] data not None, int64_t skip_below):
     """The records of the (decompressed) records section `data` of the batch `header`, for the
     partition `tp`, leaving out those whose offset is below `skip_below`.
@@ -171,9 +224,9 @@ def decode_records(tp, header, const unsigned char[::1] data not None, int64_t s
     cdef bint log_append_time = header.timestamp_type == TIMESTAMP_TYPE_LOG_APPEND_TIME
     cdef int64_t records_count = header.records_count
     cdef Py_ssize_t position = 0
-    cdef Py_ssize_t record_start, record_end
-    cdef int64_t length, timestamp_delta, offset_delta, key_length, value_length
-    cdef int64_t offset, timestamp_ms
+    cdef RecordStart fields
+    cdef Py_ssize_t record_end
+    cdef int64_t timestamp_ms
     cdef int64_t index
     cdef list records = []
     cdef object topic = tp[0]
@@ -185,37 +238,18 @@ def decode_records(tp, header, const unsigned char[::1] data not None, int64_t s
     if records_count < 0:
         raise corrupt(f"record batch has recordsCount {records_count}", 0)
     for index in range(records_count):
-        record_start = position
-        position = read_varint(buf, position, end, &length)
-        if position == CUT_SHORT or length < 0 or length > end - position:
-            raise corrupt(f"record {index} of {records_count} is cut short", record_start)
-        # Every field below is read within the record's own length.
-        record_end = position + length
-        position += 1  # record attributes: unused in v2
-        position = read_varint(buf, position, record_end, &timestamp_delta)
-        if position == CUT_SHORT:
-            raise corrupt("record timestamp delta is cut short", record_start)
-        position = read_varint(buf, position, record_end, &offset_delta)
-        if position == CUT_SHORT or not INT32_MIN <= offset_delta <= INT32_MAX:
-            raise corrupt("record offset delta is cut short or not an int32", record_start)
-        if riverbed_add_overflows(base_offset, offset_delta, &offset):
-            raise corrupt("record offset overflows int64", record_start)
-        position = read_length(buf, position, record_end, &key_length)
-        if position == CUT_SHORT:
-            raise corrupt("record key length is below -1 or past the record", record_start)
-        if key_length >= 0:
-            key = PyBytes_FromStringAndSize(<const char *>buf + position, key_length)
-            position += key_length
-        else:
-            key = None
-        position = read_length(buf, position, record_end, &value_length)
-        if position == CUT_SHORT:
-            raise corrupt("record value length is below -1 or past the record", record_start)
-        if value_length >= 0:
-            value = PyBytes_FromStringAndSize(<const char *>buf + position, value_length)
-            position += value_length
+        position = read_record_start(buf, position, end, base_offset, index, records_count, &fields)
+        key = (
+            PyBytes_FromStringAndSize(<const char *>buf + fields.key_position, fields.key_length)
+            if fields.key_length >= 0
+            else None
+        )
+        if fields.value_length >= 0:
+            value = PyBytes_FromStringAndSize(<const char *>buf + position, fields.value_length)
+            position += fields.value_length
         else:
             value = None
+        record_end = fields.record_end
         if position < record_end and buf[position] == 0:
             headers = NO_HEADERS
             position += 1
@@ -223,18 +257,18 @@ def decode_records(tp, header, const unsigned char[::1] data not None, int64_t s
             headers = decode_headers(buf, &position, record_end)
         if position != record_end:
             raise corrupt(f"record ends before its length says ({record_end})", position)
-        if offset < skip_below:
+        if fields.offset < skip_below:
             continue
         if log_append_time:
             timestamp = max_timestamp
-        elif riverbed_add_overflows(base_timestamp, timestamp_delta, &timestamp_ms):
-            raise corrupt("record timestamp overflows int64", record_start)
+        elif riverbed_add_overflows(base_timestamp, fields.timestamp_delta, &timestamp_ms):
+            raise corrupt("record timestamp overflows int64", fields.record_start)
         else:
             timestamp = PyLong_FromLongLong(timestamp_ms)
         record = riverbed_new_empty(RECORD_TYPE)
         riverbed_fill_slot(record, TOPIC_SLOT, topic)
         riverbed_fill_slot(record, PARTITION_SLOT, partition)
-        riverbed_fill_slot(record, OFFSET_SLOT, PyLong_FromLongLong(offset))
+        riverbed_fill_slot(record, OFFSET_SLOT, PyLong_FromLongLong(fields.offset))
         riverbed_fill_slot(record, TIMESTAMP_MS_SLOT, timestamp)
         riverbed_fill_slot(record, TIMESTAMP_TYPE_SLOT, timestamp_type)
         riverbed_fill_slot(record, KEY_SLOT, key)
@@ -248,6 +282,43 @@ def decode_records(tp, header, const unsigned char[::1] data not None, int64_t s
     if position != end:
         raise corrupt(f"{records_count} records end before the section does ({end})", position)
     return records
+
+
+def record_keys(
+    const unsigned char[::1] data not None,
+    int64_t base_offset,
+    int64_t base_timestamp,
+    int64_t records_count,
+):
+    """(end position, offset, key, is tombstone, create time) of each record of the
+    (decompressed) records section `data` of a batch: what the log cleaner needs to decide which
+    records stay and to copy those byte for byte (a record starts where the one before it ends;
+    its offset and timestamp deltas are relative to the batch header, which the cleaner keeps).
+    Headers and values are not read. Raises CorruptRecordError as decode_records does.
+    """
+    cdef Py_ssize_t end = data.shape[0]
+    cdef const unsigned char *buf = &data[0] if end > 0 else NULL
+    cdef Py_ssize_t position = 0
+    cdef RecordStart fields
+    cdef int64_t timestamp_ms, index
+    cdef list spans = []
+    cdef object key
+    if records_count < 0:
+        raise corrupt(f"record batch has recordsCount {records_count}", 0)
+    for index in range(records_count):
+        read_record_start(buf, position, end, base_offset, index, records_count, &fields)
+        if riverbed_add_overflows(base_timestamp, fields.timestamp_delta, &timestamp_ms):
+            raise corrupt("record timestamp overflows int64", fields.record_start)
+        key = (
+            PyBytes_FromStringAndSize(<const char *>buf + fields.key_position, fields.key_length)
+            if fields.key_length >= 0
+            else None
+        )
+        position = fields.record_end
+        PyList_Append(spans, (position, fields.offset, key, fields.value_length < 0, timestamp_ms))
+    if position != end:
+        raise corrupt(f"{records_count} records end before the section does ({end})", position)
+    return spans
 
 
 cdef class _Field:
