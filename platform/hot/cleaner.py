@@ -14,8 +14,9 @@ the owner thread):
    the log still holds exactly the segments they were made from (retention or a follower's
    truncation may have changed them meanwhile: then the pass is dropped and the next one
    starts over).
-The first dirty offset is checkpointed in the partition's directory (`cleaner-offset-checkpoint`);
-without it the whole log counts as dirty, which costs one needless pass and nothing else.
+The first dirty offset is checkpointed in the partition's directory (`cleaner-offset-checkpoint`,
+riverbed.hot.cleaner_swap); without it the whole log counts as dirty, which costs one needless
+pass and nothing else. A truncation below it moves it back (the offsets are written again).
 
 The worker reads sealed segments through duplicated descriptors (sealed segments are never
 written again), throttled to `log.cleaner.io.max.bytes.per.second` (reads plus writes), and
@@ -39,9 +40,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from riverbed.configs import LONG_MIN, TopicConfig
-from riverbed.hot.cleaner_swap import cleaned_dir, discard_cleaned
+from riverbed.hot.cleaner_swap import (
+    cleaned_dir,
+    discard_cleaned,
+    load_first_dirty_offset,
+    save_first_dirty_offset,
+)
 from riverbed.hot.compaction import OffsetMap, batch_keys, thin_batch
-from riverbed.hot.fileio import fsync_dir, pread_exact, write_atomically
+from riverbed.hot.fileio import fsync_dir, pread_exact
 from riverbed.hot.index import RELATIVE_OFFSET_MAX
 from riverbed.hot.log import PartitionLog, SegmentStats
 from riverbed.hot.partitions import Partition
@@ -57,7 +63,6 @@ from riverbed.protocol.records import (
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 # Cleaned batches are written to the new segment in chunks of about this many bytes: the bound
 # on the worker's buffer besides the offset map.
 WRITE_CHUNK_BYTES = 1024 * 1024
@@ -376,18 +381,6 @@ def plan_for(partition_log: PartitionLog, config: TopicConfig, now_ms: int) -> C
     )
 
 
-def load_first_dirty_offset(directory: Path) -> int:
-    """The checkpointed first dirty offset of the log in `directory`; 0 (all dirty) if none."""
-    try:
-        return int((directory / CHECKPOINT_FILE).read_text())
-    except (OSError, ValueError):
-        return 0
-
-
-def save_first_dirty_offset(directory: Path, offset: int) -> None:
-    write_atomically(directory / CHECKPOINT_FILE, f"{offset}\n".encode())
-
-
 def clean_log(
     partition_log: PartitionLog,
     config: TopicConfig,
@@ -470,8 +463,12 @@ class LogCleaner:
             discard_cleaned(job.directory)
             raise
         except (CorruptRecordError, OSError, ValueError) as error:
-            self._uncleanable.add(partition_log.directory)
             discard_cleaned(job.directory)
+            if not partition_log.holds_sealed(job.segments):
+                # A follower's truncation cut a segment the worker was reading: not damage.
+                log.info("%s changed while it was being cleaned: %s", partition_log, error)
+                return None
+            self._uncleanable.add(partition_log.directory)
             log.error("%s cannot be cleaned, leaving it alone: %s", partition_log, error)
             return None
         finally:

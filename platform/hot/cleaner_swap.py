@@ -1,5 +1,5 @@
-"""The crash-safe swap of cleaned segments into a log directory, and its completion after a
-crash.
+"""The log cleaner's files in a log directory: the crash-safe swap of cleaned segments (and
+its completion after a crash), and the first dirty offset's checkpoint.
 
 A cleaning pass rewrites groups of old segments; the group covering offsets [base, end) becomes
 `cleaned/<base>.log` (+ `.index`, `.timeindex`), fsynced. The swap of the whole pass, run on the
@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 CLEANED_DIR = "cleaned"
 SWAP_MARKER = "cleaner-swap"
+CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 
 
 def cleaned_dir(directory: Path) -> Path:
@@ -91,3 +92,22 @@ def _finish(directory: Path, groups: Sequence[OffsetRange]) -> None:
     fsync_dir(directory)
     (directory / SWAP_MARKER).unlink()
     fsync_dir(directory)
+
+
+def load_first_dirty_offset(directory: Path) -> int:
+    """The checkpointed first dirty offset of the log in `directory`; 0 (all dirty) if none."""
+    try:
+        return int((directory / CHECKPOINT_FILE).read_text())
+    except (OSError, ValueError):
+        return 0
+
+
+def save_first_dirty_offset(directory: Path, offset: int) -> None:
+    write_atomically(directory / CHECKPOINT_FILE, f"{offset}\n".encode())
+
+
+def cap_first_dirty_offset(directory: Path, log_end_offset: int) -> None:
+    """After a truncation to `log_end_offset`: the offsets from there on will be written again,
+    so they are dirty (else records appended there would count as compacted already)."""
+    if load_first_dirty_offset(directory) > log_end_offset:
+        save_first_dirty_offset(directory, log_end_offset)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from riverbed.hot.checkpoint import CheckpointError
-from riverbed.hot.cleaner_swap import finish_interrupted_swap, swap_in
+from riverbed.hot.cleaner_swap import cap_first_dirty_offset, finish_interrupted_swap, swap_in
 from riverbed.hot.fileio import fsync_dir
 from riverbed.hot.leader_epoch import LeaderEpochCache, leader_epoch_checkpoint_path
 from riverbed.hot.segment import (
@@ -719,18 +719,9 @@ class PartitionLog:
         changed, if they no longer are runs of sealed segments of this log (retention,
         truncation or tiering removed or replaced some while the cleaner worked)."""
         self._check_usable()
-        slots = {id(segment): slot for slot, segment in enumerate(self._segments)}
-        spans = []
-        for group in groups:
-            slot = slots.get(id(group[0]))
-            if slot is None:
-                return False
-            end_slot = slot + len(group)
-            if end_slot >= len(self._segments) or any(
-                a is not b for a, b in zip(self._segments[slot:end_slot], group, strict=True)
-            ):
-                return False
-            spans.append((slot, end_slot))
+        spans = self._sealed_runs(groups)
+        if spans is None:
+            return False
         ranges = [(self._segments[a].base_offset, self._segments[b].base_offset) for a, b in spans]
         try:
             swap_in(self._directory, ranges)
@@ -752,6 +743,27 @@ class PartitionLog:
         self._hw_position = None
         return True
 
+    def holds_sealed(self, segments: Sequence[LogSegment]) -> bool:
+        """Whether `segments` are still a run of sealed segments of this log, untouched."""
+        return self._sealed_runs([segments]) is not None
+
+    def _sealed_runs(self, groups: Sequence[Sequence[LogSegment]]) -> list[tuple[int, int]] | None:
+        """The (first, end) slots of each group, None unless every group is a run of sealed
+        segments of this log (the very objects: a truncated or replaced one does not count)."""
+        slots = {id(segment): slot for slot, segment in enumerate(self._segments)}
+        spans = []
+        for group in groups:
+            slot = slots.get(id(group[0]))
+            if slot is None:
+                return None
+            end_slot = slot + len(group)
+            if end_slot >= len(self._segments) or any(
+                a is not b for a, b in zip(self._segments[slot:end_slot], group, strict=True)
+            ):
+                return None
+            spans.append((slot, end_slot))
+        return spans
+
     # -- truncation and lifecycle --------------------------------------------------------------
 
     def truncate_to(self, offset: int) -> None:
@@ -771,6 +783,7 @@ class PartitionLog:
             self._active.flush()
         fsync_dir(self._directory)
         end_offset = self.log_end_offset
+        cap_first_dirty_offset(self._directory, end_offset)
         self.leader_epochs.truncate_from_end(end_offset)
         self._high_watermark = min(self._high_watermark, end_offset)
         self._hw_position = None
@@ -788,6 +801,7 @@ class PartitionLog:
         self._wait_for_syncs()
         self._replace_with_empty_segment(offset)
         fsync_dir(self._directory)
+        cap_first_dirty_offset(self._directory, offset)
         self.leader_epochs.truncate_from_end(0)
         self._high_watermark = offset
         self._hw_position = None

@@ -167,7 +167,8 @@ def test_a_pass_is_due_from_the_dirty_ratio_or_once_the_oldest_dirty_segment_is_
 
 
 class Model:
-    """Every record written, by offset; what a compacted log must hold."""
+    """Every record written (and not truncated away), by offset; what a compacted log must
+    hold."""
 
     def __init__(self) -> None:
         self.records: dict[int, KeyedRecord] = {}
@@ -263,17 +264,24 @@ STEP = st.one_of(
         st.sampled_from([CompressionType.NONE, CompressionType.GZIP, CompressionType.ZSTD]),
     ),
     st.tuples(st.just("clean"), st.just([]), st.just(CompressionType.NONE)),
+    # A follower's truncation back to where an earlier write began (which one: drawn below).
+    st.tuples(st.just("truncate"), st.just([]), st.just(CompressionType.NONE)),
 )
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(steps=st.lists(STEP, min_size=1, max_size=40), map_bytes=st.sampled_from([300, 64 << 20]))
+@given(
+    steps=st.lists(STEP, min_size=1, max_size=40),
+    map_bytes=st.sampled_from([300, 64 << 20]),
+    data=st.data(),
+)
 def test_any_history_compacts_to_the_latest_record_per_key(
     tmp_path_factory: pytest.TempPathFactory,
     steps: list[tuple[str, list[KeyedRecord], CompressionType]],
     map_bytes: int,
+    data: st.DataObject,
 ) -> None:
     directory = tmp_path_factory.mktemp("compacted") / "topic-0"
     log = open_log(directory)
@@ -286,6 +294,11 @@ def test_any_history_compacts_to_the_latest_record_per_key(
             if action == "write":
                 positions.append(log.log_end_offset)
                 write(log, model, records, codec)
+            elif action == "truncate" and positions:
+                offset = data.draw(st.sampled_from(positions), label="truncate to")
+                log.truncate_to(offset)
+                positions = [p for p in positions if p < offset]
+                model.records = {o: r for o, r in model.records.items() if o < offset}
             else:
                 clean_log(log, config, cleaner, now_ms=NOW_MS, force=True)
             # Folding the log as a consumer would always gives the model's state, and every
@@ -359,3 +372,66 @@ def test_the_throttle_holds_a_pass_to_the_configured_rate(
     assert result is not None
     io_bytes = 2 * result.bytes_read + result.bytes_written  # the map pass reads the dirty part too
     assert time.monotonic() - started >= 0.8 * (io_bytes - result.bytes_read) / 20_000
+
+
+def test_a_truncation_below_the_cleaned_part_makes_the_rewritten_offsets_dirty_again(
+    tmp_path: Path,
+) -> None:
+    log = open_log(tmp_path / "topic-0")
+    model = Model()
+    for i in range(40):
+        write(log, model, [(b"first-%d" % i, b"v" * 30, NOW_MS)], CompressionType.NONE)
+    assert clean_log(log, compacted(), UNLIMITED, now_ms=NOW_MS, force=True) is not None
+    # A follower truncated back (say, to a new leader's end), then fetches other records in
+    # the offsets the cleaner had already covered.
+    log.truncate_to(5)
+    model.records = {o: r for o, r in model.records.items() if o < 5}
+    for i in range(40):
+        key = b"again" if i in (0, 1) else b"second-%d" % i
+        write(log, model, [(key, b"w" * 30, NOW_MS)], CompressionType.NONE)
+    seal_everything(log, model)
+    while clean_log(log, compacted(), UNLIMITED, now_ms=NOW_MS, force=True) is not None:
+        pass
+    assert as_model(read_all(log)) == model.latest(NOW_MS - DELETE_RETENTION_MS)
+    log.close()
+
+
+async def test_the_broker_cleaner_leaves_a_log_with_a_corrupt_batch_alone_and_cleans_the_rest(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from riverbed.hot.cleaner import LogCleaner
+    from riverbed.hot.partitions import Partition
+    from riverbed.hot.producer_state import ProducerStateManager
+
+    logs = {}
+    for name in ("damaged", "healthy"):
+        log = open_log(tmp_path / f"{name}-0")
+        for round_ in range(20):
+            write(log, Model(), [(b"k", b"round %d" % round_, NOW_MS)], CompressionType.NONE)
+        logs[name] = log
+    # A flipped byte inside a record of the damaged log's first (sealed) segment.
+    first = sorted((tmp_path / "damaged-0").glob("*.log"))[0]
+    data = bytearray(first.read_bytes())
+    data[-5] ^= 0xFF
+    first.write_bytes(bytes(data))
+    before = (first.stat().st_size, sorted(p.name for p in (tmp_path / "damaged-0").iterdir()))
+    partitions = [
+        Partition(name, 0, log, ProducerStateManager(), broker_id=1) for name, log in logs.items()
+    ]
+    cleaner = LogCleaner(UNLIMITED, lambda: NOW_MS)
+    config = compacted(**{"min.cleanable.dirty.ratio": "0.01"})
+
+    results = []
+    for _ in range(3):
+        results.append(await cleaner.clean_filthiest(partitions, lambda _: config, lambda _: False))
+    assert "damaged-0" in caplog.text and "cannot be cleaned" in caplog.text
+    assert (
+        first.stat().st_size,
+        sorted(p.name for p in (tmp_path / "damaged-0").iterdir()),
+    ) == before
+    # The healthy log was cleaned; the damaged one is not tried again (no error every pass).
+    assert [r is not None for r in results].count(True) == 1
+    assert caplog.text.count("cannot be cleaned") == 1
+    assert len(read_all(logs["healthy"])) < 20
+    for log in logs.values():
+        log.close()
