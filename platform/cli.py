@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from riverbed import cli_groups
-from riverbed.client.admin import Admin
+from riverbed.client.admin import Admin, ConfigSource
 from riverbed.client.consumer import Consumer
 from riverbed.client.producer import Producer
 from riverbed.client.types import Record, TopicPartition
@@ -151,10 +151,19 @@ def _parser() -> argparse.ArgumentParser:
     describe.add_argument("name")
     describe.add_argument("--json", action="store_true", help="machine-readable output")
     describe.set_defaults(command=_topics_describe)
+    alter = topic_commands.add_parser(
+        "alter", help="set or remove a topic's config overrides (applied live)"
+    )
+    alter.add_argument("name")
+    alter.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    alter.add_argument(
+        "--delete", action="append", default=[], metavar="KEY", help="back to the default"
+    )
+    alter.set_defaults(command=_topics_alter)
     delete = topic_commands.add_parser("delete", help="delete a topic")
     delete.add_argument("name")
     delete.set_defaults(command=_topics_delete)
-    for sub in (create, listing, describe, delete):
+    for sub in (create, listing, describe, alter, delete):
         sub.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT")
 
     produce = commands.add_parser("produce", help="produce stdin's lines to a topic")
@@ -348,6 +357,10 @@ def _topics_describe(args: argparse.Namespace) -> int:
                             for p in topic.partitions
                         ],
                         "configs": topic.configs,
+                        "config_sources": {
+                            name: _source_name(source)
+                            for name, source in topic.config_sources.items()
+                        },
                     },
                     indent=2,
                 )
@@ -361,9 +374,34 @@ def _topics_describe(args: argparse.Namespace) -> int:
                 f"  partition {p.partition}  leader {p.leader}  epoch {p.leader_epoch}  "
                 f"replicas {','.join(map(str, p.replicas))}  isr {','.join(map(str, p.isr))}"
             )
-        print("Configs:")
+        print("Configs (source):")
         for name, value in sorted(topic.configs.items()):
-            print(f"  {name}={value}")
+            print(f"  {name}={value}  ({_source_name(topic.config_sources[name])})")
+        return 0
+
+    return _admin_command(args, action)
+
+
+def _source_name(source: ConfigSource) -> str:
+    """Where a value comes from, in the words `topics describe` uses."""
+    return _SOURCE_NAMES.get(source, source.name.lower())
+
+
+_SOURCE_NAMES = {
+    ConfigSource.DYNAMIC_TOPIC_CONFIG: "topic",
+    ConfigSource.STATIC_BROKER_CONFIG: "broker",
+    ConfigSource.DEFAULT_CONFIG: "default",
+}
+
+
+def _topics_alter(args: argparse.Namespace) -> int:
+    to_set = _parse_pairs(args.set, "--set")
+    if not to_set and not args.delete:
+        raise CliError("topics alter: nothing to change (give --set KEY=VALUE or --delete KEY)")
+
+    async def action(admin: Admin) -> int:
+        await admin.alter_configs(args.name, set=to_set, delete=args.delete)
+        print(f"altered topic {args.name}")
         return 0
 
     return _admin_command(args, action)

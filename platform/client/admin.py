@@ -134,12 +134,14 @@ class PartitionDescription:
 
 @dataclass(frozen=True, slots=True)
 class TopicDescription:
-    """A topic's id, partitions (in order) and effective config values."""
+    """A topic's id, partitions (in order), effective config values and where each value comes
+    from (`config_sources`: the topic's override, the broker, or the default)."""
 
     name: str
     topic_id: uuid.UUID
     partitions: tuple[PartitionDescription, ...]
     configs: dict[str, str | None] = field(default_factory=dict)
+    config_sources: dict[str, ConfigSource] = field(default_factory=dict)
 
 
 class OffsetAndTimestamp(NamedTuple):
@@ -325,6 +327,7 @@ class Admin(AsyncClient):
                 for p in sorted(topic.partitions, key=lambda p: p.partition_index)
             ),
             configs={key: entry.value for key, entry in configs.items()},
+            config_sources={key: entry.source for key, entry in configs.items()},
         )
 
     # -- topic configs --------------------------------------------------------------------

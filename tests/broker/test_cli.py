@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.broker import BrokerProcess, free_port
+from tests.support.broker import BrokerFactory, BrokerProcess, free_port
 
 CLI_TIMEOUT_S = 60
 
@@ -53,6 +53,44 @@ def test_topics_create_list_describe_delete(broker: BrokerProcess) -> None:
     assert riverbed("topics", "list", *server).stdout.split() == []
     # The answer waits until the broker applied the deletion: the logs are gone.
     assert not any((broker.data_dir / f"orders-{p}").exists() for p in range(3))
+
+
+def test_topics_alter_sets_and_removes_overrides_and_describe_shows_each_source(
+    broker_factory: BrokerFactory,
+) -> None:
+    broker = broker_factory({"log.segment.bytes": "2097152"})
+    server = ("--bootstrap-server", broker.bootstrap)
+    assert riverbed("topics", "create", "profiles", *server).returncode == 0
+    altered = riverbed(
+        "topics",
+        "alter",
+        "profiles",
+        "--set",
+        "cleanup.policy=compact",
+        "--set",
+        "min.cleanable.dirty.ratio=0.1",
+        *server,
+    )
+    assert altered.returncode == 0, altered.stderr
+    text = riverbed("topics", "describe", "profiles", *server).stdout
+    assert "cleanup.policy=compact  (topic)" in text
+    assert "min.cleanable.dirty.ratio=0.1  (topic)" in text
+    assert "segment.bytes=2097152  (broker)" in text
+    described = json.loads(riverbed("topics", "describe", "profiles", "--json", *server).stdout)
+    assert described["config_sources"]["cleanup.policy"] == "topic"
+    assert described["config_sources"]["retention.ms"] == "default"
+
+    removed = riverbed("topics", "alter", "profiles", "--delete", "cleanup.policy", *server)
+    assert removed.returncode == 0, removed.stderr
+    text = riverbed("topics", "describe", "profiles", *server).stdout
+    assert "cleanup.policy=delete  (default)" in text
+    assert "min.cleanable.dirty.ratio=0.1  (topic)" in text
+
+    bad = riverbed("topics", "alter", "profiles", "--set", "cleanup.policy=shred", *server)
+    assert bad.returncode == 1 and bad.stderr.strip().count("\n") == 0
+    assert "INVALID_CONFIG" in bad.stderr and "cleanup.policy" in bad.stderr
+    nothing = riverbed("topics", "alter", "profiles", *server)
+    assert nothing.returncode != 0 and "nothing to change" in nothing.stderr
 
 
 def test_topic_errors_are_one_line_and_non_zero(broker: BrokerProcess) -> None:
