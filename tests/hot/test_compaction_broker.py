@@ -129,3 +129,38 @@ async def test_consumer_offsets_is_compacted_and_a_restarted_coordinator_serves_
     async with Admin(bootstrap_servers=broker.bootstrap) as admin:
         committed = await admin.list_group_offsets(group)
     assert committed[tp].offset == 599
+
+
+async def test_a_broker_stopped_in_the_middle_of_a_throttled_pass_stops_promptly_and_loses_nothing(
+    broker_factory: BrokerFactory,
+) -> None:
+    # 20 kB/s: the pass over ~300 kB would take about half a minute.
+    broker = broker_factory(
+        {"log.cleaner.backoff.ms": "200", "log.cleaner.io.max.bytes.per.second": "20000"}
+    )
+    topic = f"slow-{uuid.uuid4().hex[:8]}"
+    async with Admin(bootstrap_servers=broker.bootstrap) as admin:
+        await admin.create_topic(
+            topic,
+            partitions=1,
+            replication_factor=1,
+            configs={"cleanup.policy": "compact", "segment.bytes": "16384"},
+        )
+    expected: dict[bytes, bytes] = {}
+    async with Producer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=2) as producer:
+        for i in range(3_000):
+            key, value = b"key-%02d" % (i % 30), b"value %05d " % i * 8
+            await producer.send(topic, value, key=key, partition=0)
+            expected[key] = value
+        await producer.flush()
+    cleaning = broker.partition_dir(topic, 0) / "cleaned"
+    await wait_until(cleaning.exists, "a pass is writing cleaned segments")
+
+    started = asyncio.get_running_loop().time()
+    assert broker.terminate() == 0
+    assert asyncio.get_running_loop().time() - started < 15, "the worker held up the shutdown"
+    broker.restart()
+    assert not cleaning.exists()
+    messages = await asyncio.to_thread(consume_all, broker.bootstrap, topic, 3_000)
+    state = {message.key(): message.value() for message in messages}
+    assert state == expected
