@@ -435,3 +435,20 @@ async def test_the_broker_cleaner_leaves_a_log_with_a_corrupt_batch_alone_and_cl
     assert len(read_all(logs["healthy"])) < 20
     for log in logs.values():
         log.close()
+
+
+def test_on_a_tiered_topic_expired_tombstones_stay(tmp_path: Path) -> None:
+    """The cold tier may hold older values of a deleted key: the hot cleaner keeps its tombstone
+    (the broker passes keep_tombstones for topics it tiers)."""
+    results = {}
+    for keep in (False, True):
+        log = open_log(tmp_path / f"tiered-{keep}-0")
+        model = Model()
+        old = NOW_MS - 2 * DELETE_RETENTION_MS
+        write(log, model, [(b"gone", b"v", old), (b"gone", None, old)], CompressionType.NONE)
+        seal_everything(log, model)
+        clean_log(log, compacted(), UNLIMITED, now_ms=NOW_MS, keep_tombstones=keep)
+        results[keep] = [(r.key, r.value) for r in read_all(log)]
+        log.close()
+    assert results[False] == [(b"~seal", b"x" * 700)]
+    assert results[True] == [(b"gone", None), (b"~seal", b"x" * 700)]
