@@ -22,6 +22,7 @@ from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.records import encode_batch
 
 from tests.support.broker import BrokerFactory, BrokerProcess
+from tests.support.cluster import registered_brokers
 
 # Short timings so a lagging follower leaves the ISR within the test's patience.
 SETTINGS = {"replica.lag.time.max.ms": "2000", "zookeeper.session.timeout.ms": "4000"}
@@ -32,8 +33,19 @@ def new_topic() -> str:
     return f"repl-{uuid.uuid4().hex[:8]}"
 
 
-def start_brokers(broker_factory: BrokerFactory, count: int) -> dict[int, BrokerProcess]:
-    return {i: broker_factory(SETTINGS, broker_id=i) for i in range(1, count + 1)}
+async def start_brokers(broker_factory: BrokerFactory, count: int) -> dict[int, BrokerProcess]:
+    """`count` ready brokers, once each lists all of them: a broker answers as soon as it
+    listens, and a CreateTopics reaching a controller that has not yet seen the last
+    registration gets INVALID_REPLICATION_FACTOR (a CI flake)."""
+    brokers = {i: broker_factory(SETTINGS, broker_id=i) for i in range(1, count + 1)}
+    everyone = frozenset(brokers)
+
+    async def all_registered() -> bool:
+        views = [await registered_brokers(b.bootstrap) for b in brokers.values()]
+        return all(view == everyone for view in views)
+
+    await wait_for(all_registered, f"all {count} brokers registered")
+    return brokers
 
 
 def bootstrap(brokers: dict[int, BrokerProcess]) -> str:
@@ -74,7 +86,7 @@ def segment_digest(broker: BrokerProcess, topic: str) -> str:
 async def test_followers_hold_the_leaders_bytes_and_acks_all_waits_for_them(
     broker_factory: BrokerFactory,
 ) -> None:
-    brokers = start_brokers(broker_factory, 3)
+    brokers = await start_brokers(broker_factory, 3)
     topic = new_topic()
     async with Admin(bootstrap_servers=bootstrap(brokers)) as admin:
         await admin.create_topic(topic, partitions=1, replication_factor=3)
@@ -101,7 +113,7 @@ async def test_followers_hold_the_leaders_bytes_and_acks_all_waits_for_them(
 async def test_isr_shrinks_enforces_min_insync_and_expands_again(
     broker_factory: BrokerFactory,
 ) -> None:
-    brokers = start_brokers(broker_factory, 3)
+    brokers = await start_brokers(broker_factory, 3)
     topic, leader, follower = await strict_topic(brokers)
     async with Admin(bootstrap_servers=bootstrap(brokers)) as admin:
         brokers[follower].kill()
@@ -136,7 +148,7 @@ async def test_isr_shrinks_enforces_min_insync_and_expands_again(
 async def test_leader_loss_moves_leadership_and_acks_all_resumes(
     broker_factory: BrokerFactory, how: str
 ) -> None:
-    brokers = start_brokers(broker_factory, 3)
+    brokers = await start_brokers(broker_factory, 3)
     topic = new_topic()
     async with Admin(bootstrap_servers=bootstrap(brokers)) as admin:
         await admin.create_topic(topic, partitions=1, replication_factor=3)
@@ -189,7 +201,7 @@ async def test_parked_acks_all_times_out_or_fails_after_the_isr_shrinks(
     """A follower that stops fetching (SIGSTOP) leaves acks=all appends parked: one with a short
     timeout gets REQUEST_TIMED_OUT; one that outlives replica.lag.time.max.ms completes when the
     ISR shrinks, but below min.insync.replicas, so NOT_ENOUGH_REPLICAS_AFTER_APPEND."""
-    brokers = start_brokers(broker_factory, 3)
+    brokers = await start_brokers(broker_factory, 3)
     topic, leader, follower = await strict_topic(brokers)
     os.kill(brokers[follower].pid, signal.SIGSTOP)
     try:
