@@ -65,10 +65,9 @@ def consume_all(bootstrap: str, topic: str, end_offset: int) -> list[confluent_k
         consumer.close()
 
 
-async def test_a_compacted_topic_shrinks_and_readers_get_the_latest_value_of_each_key(
-    broker: BrokerProcess,
-) -> None:
-    topic = f"compacted-{uuid.uuid4().hex[:8]}"
+async def compacted_topic(broker: BrokerProcess, prefix: str) -> str:
+    """A new one-partition compacted topic with 16 KiB segments (many to clean)."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
     async with Admin(bootstrap_servers=broker.bootstrap) as admin:
         await admin.create_topic(
             topic,
@@ -76,6 +75,13 @@ async def test_a_compacted_topic_shrinks_and_readers_get_the_latest_value_of_eac
             replication_factor=1,
             configs={"cleanup.policy": "compact", "segment.bytes": "16384"},
         )
+    return topic
+
+
+async def test_a_compacted_topic_shrinks_and_readers_get_the_latest_value_of_each_key(
+    broker: BrokerProcess,
+) -> None:
+    topic = await compacted_topic(broker, "compacted")
     expected: dict[bytes, bytes] = {}
     async with Producer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=2) as producer:
         for round_ in range(ROUNDS):
@@ -138,14 +144,7 @@ async def test_a_broker_stopped_in_the_middle_of_a_throttled_pass_stops_promptly
     broker = broker_factory(
         {"log.cleaner.backoff.ms": "200", "log.cleaner.io.max.bytes.per.second": "20000"}
     )
-    topic = f"slow-{uuid.uuid4().hex[:8]}"
-    async with Admin(bootstrap_servers=broker.bootstrap) as admin:
-        await admin.create_topic(
-            topic,
-            partitions=1,
-            replication_factor=1,
-            configs={"cleanup.policy": "compact", "segment.bytes": "16384"},
-        )
+    topic = await compacted_topic(broker, "slow")
     expected: dict[bytes, bytes] = {}
     async with Producer(bootstrap_servers=broker.bootstrap, acks="all", linger_ms=2) as producer:
         for i in range(3_000):
