@@ -23,13 +23,14 @@ from riverbed.client.admin import Admin
 from riverbed.client.producer import Producer
 from riverbed.cluster import BROKER_STOP_TIMEOUT_S
 
-from tests.support.broker import HOST, free_port
+from tests.support.broker import HOST
 from tests.support.cluster import (
     ClusterFactory,
     partition_state,
     registered_brokers,
     wait_for,
 )
+from tests.support.ports import free_port, free_port_run
 
 # A cold start of ZooKeeper (a JVM) and three interpreters on a busy 2-core machine.
 CLUSTER_READY_TIMEOUT_S: Final = 90.0
@@ -41,25 +42,6 @@ POLL_INTERVAL_S: Final = 0.1
 BOOTSTRAP_LINE: Final = re.compile(r"bootstrap servers: (\S+)")
 # The embedded ZooKeeper's tickTime is 2 s and a session must last at least two ticks.
 SHORT_SESSION_TIMEOUT_MS: Final = 4_000
-PORT_PICK_ATTEMPTS_MAX: Final = 50
-
-
-def free_port_base(count: int) -> int:
-    """The first of `count` consecutive ports on 127.0.0.1 that are free right now."""
-    for _ in range(PORT_PICK_ATTEMPTS_MAX):
-        base = free_port()
-        if base + count - 1 <= 65_535 and all(_port_free(base + i) for i in range(count)):
-            return base
-    raise RuntimeError(f"found no {count} consecutive free ports")
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-        return True
 
 
 def child_pids(pid: int) -> set[int]:
@@ -184,7 +166,7 @@ def riverbed(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_cluster_up_runs_brokers_and_stops_them_all_on_sigint(tmp_path: Path) -> None:
-    base = free_port_base(3)
+    base = free_port_run(3)
     data_dir = tmp_path / "cluster"
     with cluster_up(tmp_path, "--brokers", "3", "--data-dir", str(data_dir),
                     "--port-base", str(base)) as cluster:  # fmt: skip
@@ -211,7 +193,7 @@ async def test_cluster_up_runs_brokers_and_stops_them_all_on_sigint(tmp_path: Pa
 
         # A second supervisor on the same data dir is refused (it would share ZooKeeper's files).
         second = riverbed("cluster", "up", "--brokers", "1", "--data-dir", str(data_dir),
-                          "--port-base", str(free_port_base(1)))  # fmt: skip
+                          "--port-base", str(free_port_run(1)))  # fmt: skip
         assert second.returncode == 1
         assert second.stderr.strip().splitlines() == [
             f"riverbed: error: data dir {data_dir} is in use by another `riverbed cluster up`"
@@ -225,7 +207,7 @@ async def test_cluster_up_runs_brokers_and_stops_them_all_on_sigint(tmp_path: Pa
 
 
 async def test_cluster_up_restarts_a_broker_that_died(tmp_path: Path) -> None:
-    base = free_port_base(2)
+    base = free_port_run(2)
     data_dir = tmp_path / "cluster"
     session = f"zookeeper.session.timeout.ms={SHORT_SESSION_TIMEOUT_MS}"
     with cluster_up(tmp_path, "--brokers", "2", "--data-dir", str(data_dir),
@@ -279,7 +261,7 @@ def test_cluster_up_bad_input_is_one_line_and_starts_nothing(tmp_path: Path) -> 
             if "--data-dir" not in args:
                 args = [*args, "--data-dir", str(data_dir)]
             if "--port-base" not in args:
-                args = [*args, "--port-base", str(free_port_base(2))]
+                args = [*args, "--port-base", str(free_port_run(2))]
             result = riverbed("cluster", "up", *args)
             assert result.returncode == 1, (args, result.stderr)
             # One error line; kazoo may log its reconnect attempts before it.
@@ -331,7 +313,7 @@ async def test_cluster_up_tiers_its_demo_topic_to_a_directory_under_its_data_dir
     """What `make run` runs: the demo topic is created tiered, to the embedded cold tier."""
     data_dir = tmp_path / "cluster"
     with cluster_up(tmp_path, "--brokers", "1", "--data-dir", str(data_dir),
-                    "--port-base", str(free_port_base(1)), "--demo-topic", "demo",
+                    "--port-base", str(free_port_run(1)), "--demo-topic", "demo",
                     "--set", "remote.log.manager.task.interval.ms=200") as cluster:  # fmt: skip
         bootstrap = cluster.wait_for_bootstrap()
         assert f"cold tier:         file://{data_dir.resolve()}/cold" in cluster.output()

@@ -27,6 +27,8 @@ from typing import IO, Final, Protocol
 
 import pytest
 
+from tests.support.ports import free_port
+
 HOST: Final = "127.0.0.1"
 # A cold interpreter on a busy 2-core machine needs a few seconds; after a SIGKILL the restarted
 # broker must also wait for its old ZooKeeper session to expire before it can re-register (Kafka's
@@ -45,14 +47,6 @@ class BrokerStartError(RuntimeError):
 
 class BrokerStopError(RuntimeError):
     """The broker did not exit within the stop timeout after SIGTERM."""
-
-
-def free_port() -> int:
-    """A port on 127.0.0.1 that nothing listens on right now (the broker binds it later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class BrokerProcess:

@@ -45,7 +45,7 @@ from riverbed.client.admin import Admin, PartitionDescription
 from riverbed.cluster import metadata_broker_ids
 from riverbed.errors import BrokerNotAvailableError, KafkaTimeoutError, RetriableError
 
-from tests.support.broker import READY_TIMEOUT_S, STOP_TIMEOUT_S, BrokerProcess
+from tests.support.broker import READY_TIMEOUT_S, STOP_TIMEOUT_S, BrokerProcess, BrokerStartError
 
 T = TypeVar("T")
 
@@ -109,7 +109,7 @@ class TestCluster:
         for broker in self.brokers.values():
             broker.start()
         await _gather_all(asyncio.to_thread(b.wait_ready, timeout_s) for b in self.brokers.values())
-        await self.wait_registered(timeout_s=timeout_s)
+        await self.wait_registered(self.brokers, timeout_s=timeout_s)
 
     async def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """Terminate every running broker at once (SIGTERM, each waited for)."""
@@ -167,18 +167,22 @@ class TestCluster:
         """Wait until every answering broker's Metadata lists exactly `ids`; by default, every
         answering broker and no broker that is not running (a paused one may be listed or not,
         depending on whether its session expired yet)."""
+        expected = None if ids is None else frozenset(ids)
 
         def agrees(view: frozenset[int]) -> bool:
-            if ids is not None:
-                return view == frozenset(ids)
+            if expected is not None:
+                return view == expected
             answering = frozenset(i for i in self.brokers if self._answering(i))
             return answering <= view <= self.running_ids
 
         async def all_agree() -> bool:
+            exited = sorted(i for i in expected or () if not self.brokers[i].running)
+            if exited:  # it will never be listed: say why now, not at the timeout
+                raise BrokerStartError(f"brokers {exited} exited\n{self.describe_logs()}")
             answering = [i for i in self.brokers if self._answering(i)]
             return all([agrees(await self.registered(broker_id)) for broker_id in answering])
 
-        wanted = "the answering brokers" if ids is None else f"brokers {sorted(ids)}"
+        wanted = "the answering brokers" if expected is None else f"brokers {sorted(expected)}"
         await self.wait_for(all_agree, timeout_s, what=f"every broker to list {wanted}")
 
     async def wait_for(

@@ -35,7 +35,10 @@ from typing import IO, Any, Final
 import boto3  # type: ignore[import-untyped]
 from botocore.config import Config
 
+from tests.support.ports import free_port
+
 HOST: Final = "127.0.0.1"
+REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 REGION: Final = "us-east-1"
 # moto accepts any credentials; these only have to be present and consistent.
 ACCESS_KEY_ID: Final = "riverbed-test"
@@ -47,13 +50,6 @@ PROBE_TIMEOUT_S: Final = 0.5
 LOG_TAIL_LINES: Final = 30
 WRITE_METHODS: Final = frozenset({"PUT", "POST", "DELETE"})
 BYTES_SERVED_PATH: Final = "/__riverbed/bytes-served"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 class MotoServerError(RuntimeError):
@@ -106,7 +102,9 @@ class MotoServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
         self._process = subprocess.Popen(
-            [sys.executable, __file__, str(self.port)],
+            # As a module from the repository's root: it imports its siblings in tests.support.
+            [sys.executable, "-m", __name__, str(self.port)],
+            cwd=REPO_ROOT,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,

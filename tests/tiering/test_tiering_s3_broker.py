@@ -143,6 +143,9 @@ MULTIPART_SEGMENT_BYTES = 12 * 1024 * 1024
 MULTIPART_RECORDS = 5 * MULTIPART_SEGMENT_BYTES // 4096  # about 5 segments of 4 KiB records
 MIB = 1024 * 1024
 CATCH_TIMEOUT_S = 60.0
+# How long moto gets to finish requests a frozen broker had already sent (a CompleteMultipartUpload
+# in flight would otherwise finish the upload the test thinks it caught open: a CI flake).
+IN_FLIGHT_SETTLE_S = 1.0
 
 
 async def test_a_broker_killed_mid_multipart_upload_leaves_no_gap_and_no_orphan(
@@ -178,6 +181,7 @@ async def test_a_broker_killed_mid_multipart_upload_leaves_no_gap_and_no_orphan(
         assert time.monotonic() < deadline, "never caught a multipart upload in flight"
         if await asyncio.to_thread(moto_server.multipart_uploads, s3_bucket):
             os.kill(broker.pid, signal.SIGSTOP)
+            await asyncio.sleep(IN_FLIGHT_SETTLE_S)
             if await asyncio.to_thread(moto_server.multipart_uploads, s3_bucket):
                 break
             os.kill(broker.pid, signal.SIGCONT)  # it finished meanwhile: catch the next one
