@@ -339,6 +339,19 @@ def test_golden_metadata_request_from_aiokafka() -> None:
     assert encode(body, 4, False) == wire.encode()
 
 
+def test_bytes_after_a_request_body_are_ignored_as_kafka_does() -> None:
+    """What librdkafka 2.16's AdminClient.list_topics() sends: an all-topics Metadata v12 body
+    (null topics, no auto-creation, no authorized operations, no tags) and three more bytes."""
+    body = decode_request_body(3, 12, memoryview(bytes.fromhex("00000000" + "010000")))
+    assert body == messages.MetadataRequest(
+        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
+    # Responses, read by our client, must still fill their frame exactly.
+    response = b"".join(encode_response_body(messages.ApiVersionsResponse(), 3))
+    with pytest.raises(ProtocolDecodeError, match="unexpected bytes"):
+        decode_response_body(18, 3, memoryview(response + b"\x00"))
+
+
 def test_golden_produce_request_from_aiokafka() -> None:
     wire = aiokafka_produce.ProduceRequest_v7(
         transactional_id=None,
@@ -528,8 +541,11 @@ def test_every_truncation_is_a_decode_error(
     for end in range(len(encoded)):
         with pytest.raises(ProtocolDecodeError):
             decode(api_key, version, encoded[:end], is_response)
-    with pytest.raises(ProtocolDecodeError):
-        decode(api_key, version, encoded + b"\x00", is_response)
+    if is_response:
+        with pytest.raises(ProtocolDecodeError):
+            decode(api_key, version, encoded + b"\x00", is_response)
+    else:  # bytes after a request body are ignored, as Kafka's broker ignores them
+        assert decode(api_key, version, encoded + b"\x00", is_response) == body
 
 
 @pytest.mark.parametrize(("api_key", "version", "is_response"), CASES)
