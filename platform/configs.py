@@ -303,6 +303,10 @@ BROKER_ONLY_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
     ConfigDef("remote.log.orphan.grace.ms", _T.LONG, 600000, "age past which a data object no "
               "manifest points at (a deposed leader's late upload) is deleted; longer than any "
               "upload takes", at_least(0)),
+    ConfigDef("metrics.port", _T.INT, -1, "port of the Prometheus /metrics endpoint (-1: none; "
+              "0: any free port, logged)", between(-1, 65535)),
+    ConfigDef("metrics.host", _T.STRING, None, "interface the metrics endpoint binds (default: "
+              "the first listener's)"),
 )  # fmt: skip
 
 _BROKER_SYNONYMS: Final = {d.broker_synonym: d for d in TOPIC_CONFIG_DEFS if d.broker_synonym}
@@ -452,6 +456,8 @@ class BrokerConfig:
     remote_log_manager_task_interval_ms: int
     remote_fetch_cache_bytes: int
     remote_log_orphan_grace_ms: int
+    metrics_port: int
+    metrics_host: str | None
     # Broker-level defaults of topic configs (see TOPIC_CONFIG_DEFS' broker_synonym).
     log_cleanup_policy: tuple[str, ...]
     compression_type: str

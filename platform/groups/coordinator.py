@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
 from riverbed.configs import BrokerConfig
 from riverbed.coordination.layout import BrokerRegistration
@@ -300,6 +300,13 @@ class GroupCoordinator:
         Nothing is ever pending (no transactions), so require_stable changes nothing."""
         self._check(group_id, allow_empty_id=True)
         return self._offsets.fetch(group_id, partitions)
+
+    def committed_offsets(self) -> Iterator[tuple[str, TopicPartition, int]]:
+        """(group, partition, committed offset) of every group this coordinator has loaded."""
+        for group_id in sorted(self._offsets.group_ids()):
+            for tp, committed in self._offsets.fetch(group_id, None).items():
+                if committed is not None:
+                    yield group_id, tp, committed.offset
 
     # -- the log -----------------------------------------------------------------------------------
 

@@ -38,6 +38,9 @@ from riverbed.hot.handlers.context import BrokerContext, wall_clock_ms
 from riverbed.hot.isr import IsrManager
 from riverbed.hot.log import LogConfig
 from riverbed.hot.log_manager import LogManager
+from riverbed.hot.metrics import BrokerMetrics
+from riverbed.hot.metrics_server import MetricsServer
+from riverbed.hot.metrics_state import BrokerStateCollector
 from riverbed.hot.partitions import Partition, PartitionManager
 from riverbed.hot.replica_fetcher import ReplicaFetcherManager
 from riverbed.hot.retention import apply_retention
@@ -83,6 +86,7 @@ class Broker:
         self._log_manager: LogManager | None = None
         self._server: KafkaServer | None = None
         self._ctx: BrokerContext | None = None
+        self._metrics_server: MetricsServer | None = None
         self._exit_stack = contextlib.AsyncExitStack()
 
     @property
@@ -90,6 +94,11 @@ class Broker:
         if self._server is None:
             return self.config.port
         return self._server.port
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The bound port of the metrics endpoint; None when it is off or not started."""
+        return None if self._metrics_server is None else self._metrics_server.port
 
     async def start(self) -> None:
         """Start every part in order; each part started registers how to stop it, so `stop()`
@@ -109,11 +118,13 @@ class Broker:
         check_data_dir_identity(data_dir, cluster_id=cluster_id, broker_id=config.broker_id)
         await self._watcher.start()
         stack.push_async_callback(self._watcher.stop)
+        metrics = BrokerMetrics()
         isr_manager = IsrManager(
             self._store,
             partitions,
             broker_id=config.broker_id,
             lag_max_ms=config.replica_lag_time_max_ms,
+            metrics=metrics,
         )
         # Started before the metadata is applied: leading a __consumer_offsets partition starts
         # its load. Closed before the logs are (the exit stack unwinds in reverse).
@@ -133,6 +144,7 @@ class Broker:
             producer_ids=ProducerIdIssuer(ProducerIdAllocator(self._zk, config.broker_id)),
             isr_manager=isr_manager,
             groups=groups,
+            metrics=metrics,
             controller=self._controller,
         )
         self._server = KafkaServer(
@@ -177,6 +189,14 @@ class Broker:
         for loop, name in loops:
             task = asyncio.create_task(loop(), name=name)
             stack.push_async_callback(_cancel, task)
+        if config.metrics_port >= 0:
+            # Last: the scrape-time collector reads parts (tiering) that exist only once started.
+            metrics.registry.register(BrokerStateCollector(self._ctx))
+            self._metrics_server = MetricsServer(
+                metrics.registry, config.metrics_host or config.host, config.metrics_port
+            )
+            await self._metrics_server.start()
+            stack.push_async_callback(self._metrics_server.stop)
         log.info(
             "broker %d listening on %s:%d (cluster %s)",
             config.broker_id,

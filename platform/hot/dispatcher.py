@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, NamedTuple
 
+from prometheus_client import Counter, Histogram
 from riverbed.hot.handlers.admin_topics import handle_create_topics, handle_delete_topics
 from riverbed.hot.handlers.alter_configs import (
     handle_alter_configs,
@@ -38,28 +40,52 @@ from riverbed.protocol.connection import RequestHeader, encode_response
 from riverbed.protocol.messages import RequestBody, ResponseBody
 
 
+class _ApiMetrics(NamedTuple):
+    requests: Counter
+    seconds: Histogram
+
+
 class Dispatcher:
     """The server's request handler: one `match` over the request types we implement.
 
     The codec only yields request types of the APIs in our spec files, so a request that matches
     nothing here is a programming error (a spec file without a handler), not a client's fault.
+    Every request is counted and timed per API (riverbed_requests_total,
+    riverbed_request_duration_seconds).
     """
 
     def __init__(self, ctx: BrokerContext) -> None:
         self._ctx = ctx
+        # The labelled children of each API, looked up once rather than on every request.
+        self._api_metrics: dict[type[RequestBody], _ApiMetrics] = {}
 
     async def __call__(
         self, header: RequestHeader, body: RequestBody, client_host: str
     ) -> Response | Deferred:
+        started_s = time.perf_counter()
+        metrics = self._metrics_of(body)
+        metrics.requests.inc()
         if isinstance(body, m.ProduceRequest):
             outcome = await handle_produce(self._ctx, body)
             if isinstance(outcome, Coroutine):
-                return Deferred(_encode_when_done(header, outcome))
+                return Deferred(_encode_when_done(header, outcome, metrics.seconds, started_s))
+            metrics.seconds.observe(time.perf_counter() - started_s)
             return None if outcome is None else encode_response(header, outcome)
         response = await self._handle(header, body, client_host)
+        metrics.seconds.observe(time.perf_counter() - started_s)
         if response is None:
             return None
         return encode_response(header, response)
+
+    def _metrics_of(self, body: RequestBody) -> _ApiMetrics:
+        kind = type(body)
+        found = self._api_metrics.get(kind)
+        if found is None:
+            api = kind.__name__.removesuffix("Request")
+            registry = self._ctx.metrics
+            found = _ApiMetrics(registry.requests.labels(api), registry.request_seconds.labels(api))
+            self._api_metrics[kind] = found
+        return found
 
     async def _handle(
         self, header: RequestHeader, body: RequestBody, client_host: str
@@ -116,6 +142,11 @@ class Dispatcher:
 
 
 async def _encode_when_done(
-    header: RequestHeader, completion: Coroutine[Any, Any, ResponseBody]
+    header: RequestHeader,
+    completion: Coroutine[Any, Any, ResponseBody],
+    seconds: Histogram,
+    started_s: float,
 ) -> Response:
-    return encode_response(header, await completion)
+    response = await completion
+    seconds.observe(time.perf_counter() - started_s)
+    return encode_response(header, response)

@@ -20,6 +20,7 @@ from riverbed.coordination.layout import PartitionState
 from riverbed.coordination.metadata import ClusterMetadataStore
 from riverbed.coordination.zk import BadVersionError, ZkError
 from riverbed.hot.followers import monotonic_ms
+from riverbed.hot.metrics import BrokerMetrics
 from riverbed.hot.partitions import Partition, PartitionManager
 
 log = logging.getLogger(__name__)
@@ -41,8 +42,10 @@ class IsrManager:
         *,
         broker_id: int,
         lag_max_ms: int,
+        metrics: BrokerMetrics,
     ) -> None:
         self._store = store
+        self._metrics = metrics
         self._partitions = partitions
         self._broker_id = broker_id
         self._lag_max_ms = lag_max_ms
@@ -116,6 +119,7 @@ class IsrManager:
                         log.info(
                             "%s: ISR %s -> %s", partition, list(state.isr), list(new_state.isr)
                         )
+                        self._count_change(frozenset(state.isr), frozenset(new_state.isr))
                         partition.isr_written(frozenset(new_state.isr), new_version)
                     return
                 log.warning(
@@ -126,6 +130,13 @@ class IsrManager:
         finally:
             if partition.pending_isr is wanted:
                 partition.pending_isr = None
+
+    def _count_change(self, before: frozenset[int], after: frozenset[int]) -> None:
+        # A recomputed change may both drop and add replicas: it counts as both.
+        if before - after:
+            self._metrics.isr_shrinks.inc()
+        if after - before:
+            self._metrics.isr_expands.inc()
 
     def _still_leading(self, partition: Partition, epoch: int, state: PartitionState) -> bool:
         return (

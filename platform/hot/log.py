@@ -108,6 +108,8 @@ class ReadResult:
     region: FileRegion
     # The base offset of the first batch in the region (<= the fetch offset).
     first_batch_offset: int
+    # The offset after the region's last batch: where the reader goes on.
+    next_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -557,7 +559,7 @@ class PartitionLog:
                     return None
                 end = start + header.size_bytes
             region = FileRegion(os.dup(segment.fd), start, end - start)
-            return ReadResult(region, header.base_offset)
+            return ReadResult(region, header.base_offset, self._offset_at(slot, end))
         return None
 
     def batch_headers(self, start_offset: int) -> Iterator[BatchHeader]:
@@ -569,6 +571,16 @@ class PartitionLog:
             if found is not None:
                 for _, header in self._segments[slot].scan(found[0]):
                     yield header
+
+    def _offset_at(self, slot: int, position: int) -> int:
+        """The first offset of the batch at `position` of segment `slot` (a batch boundary), or
+        where the next segment starts if it is the end: one header read at most."""
+        segment = self._segments[slot]
+        if position < segment.size:
+            return segment.read_header(position).base_offset
+        if slot + 1 < len(self._segments):
+            return self._segments[slot + 1].base_offset
+        return self.log_end_offset
 
     def _end_position(self, slot: int, max_offset: int) -> int:
         """The position in segment `slot` where batches reaching `max_offset` begin.

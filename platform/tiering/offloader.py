@@ -181,6 +181,7 @@ class Offloader:
                 self._failed(partition, state, error)
         for key in set(self._states) - led:
             del self._states[key]
+            self.status.backlog_bytes.pop(key, None)  # its new leader reports it
         return backlog
 
     def _failed(self, partition: Partition, state: _PartitionState, error: Exception) -> None:

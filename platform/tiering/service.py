@@ -103,6 +103,12 @@ class TieredStorage:
         assert self._offloader is not None, "TieredStorage.start() first"
         return self._offloader
 
+    def cache_hits_misses(self) -> tuple[int, int]:
+        """Chunk reads of cold fetches served from the local cache, and those that were not."""
+        if self._cache is None:
+            return 0, 0
+        return self._cache.hits, self._cache.misses
+
     def wake(self) -> None:
         """Tier now (Offloader.wake); nothing before start()."""
         if self._offloader is not None:

@@ -12,9 +12,11 @@ import os
 import re
 import signal
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from tests.support.broker import BrokerFactory, BrokerProcess
+from tests.support.metrics import WITH_METRICS, scrape
 from tests.support.moto_server import MotoServer
 from tests.tiering.conftest import MotoServerFactory
 from tests.tiering.test_tiering_broker import (
@@ -71,13 +73,18 @@ class Bucket:
 
 
 def s3_broker(
-    broker_factory: BrokerFactory, server: MotoServer, bucket: str, **s3: str
+    broker_factory: BrokerFactory,
+    server: MotoServer,
+    bucket: str,
+    settings: Mapping[str, str] | None = None,
+    **s3: str,
 ) -> BrokerProcess:
     return broker_factory(
         {
             "remote.storage.url": f"s3://{bucket}/{ROOT}",
             **server.settings(**S3_TIMEOUTS, **s3),
             **BROKER_SETTINGS,
+            **(settings or {}),
         }
     )
 
@@ -111,12 +118,13 @@ async def test_s3_down_for_a_while_costs_produce_and_hot_reads_nothing_and_loses
 ) -> None:
     server = moto_server_factory()
     bucket = Bucket(server, server.create_bucket("riverbed-outage"))
-    broker = s3_broker(broker_factory, server, bucket.name)
+    broker = s3_broker(broker_factory, server, bucket.name, WITH_METRICS)
     server.stop()  # an outage from before the first upload
     topic = await tiered_topic(broker)  # every record acknowledged (acks=all)
     assert await read_all_from_zero(broker, topic) == EXPECTED  # hot reads: all local
 
-    # Nothing deleted locally; the backlog is reported, growing with the sealed segments.
+    # Nothing deleted locally; the backlog is reported (log and metrics), growing with the
+    # sealed segments.
     await wait_until(lambda: "tiering failed" in broker.log_path.read_text(), "a failed round")
     backlog = [
         int(found)
@@ -124,6 +132,12 @@ async def test_s3_down_for_a_while_costs_produce_and_hot_reads_nothing_and_loses
     ]
     assert backlog and backlog[-1] > 0
     assert local_start(broker, topic) == 0 and len(broker.segment_files(topic, 0)) > 5
+    sealed_bytes = sum(f.stat().st_size for f in broker.segment_files(topic, 0)[:-1])
+    await wait_until(lambda: backlog_metric(broker, topic) == sealed_bytes, "backlog = sealed")
+    down = scrape(broker)
+    assert down.value("riverbed_tiering_upload_failures_total") > 0
+    assert down.value("riverbed_tiering_uploaded_segments_total") == 0
+    assert down.value("riverbed_remote_fetches_total") == 0  # every read so far was hot
 
     server.start()  # same endpoint, the bucket again (moto keeps nothing: it is empty)
     await wait_until(lambda: local_start(broker, topic) > RECORDS // 2, "uploads resumed")
@@ -134,7 +148,26 @@ async def test_s3_down_for_a_while_costs_produce_and_hot_reads_nothing_and_loses
         "no copy left unfinished",
     )
     check_contiguous_from_zero(bucket.latest_manifest(topic), bucket.data_keys())
-    assert await read_all_from_zero(broker, topic) == EXPECTED
+    await wait_until(lambda: backlog_metric(broker, topic) == 0, "the backlog metric back at 0")
+    segments = len(bucket.latest_manifest(topic)["segments"])
+    assert scrape(broker).value("riverbed_tiering_uploaded_segments_total") == segments
+
+    assert await read_all_from_zero(broker, topic) == EXPECTED  # now mostly cold
+    up = scrape(broker)
+    assert up.value("riverbed_remote_fetches_total") > 0
+    assert up.value("riverbed_remote_fetch_errors_total") == 0
+    assert up.value("riverbed_remote_fetch_duration_seconds_count") == up.value(
+        "riverbed_remote_fetches_total"
+    )
+    assert up.value("riverbed_remote_cache_misses_total") > 0
+    # Each read counts the offsets it hands out: two full reads from zero, hot then cold.
+    assert up.value("riverbed_topic_records_out_total", topic=topic, reader="consumer") == (
+        2 * RECORDS
+    )
+
+
+def backlog_metric(broker: BrokerProcess, topic: str) -> float:
+    return scrape(broker).value("riverbed_tiering_backlog_bytes", topic=topic, partition="0")
 
 
 # Segments of incompressible values: objects of ~segment size, uploaded in 5 MiB parts (S3's

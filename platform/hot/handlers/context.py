@@ -15,6 +15,7 @@ from riverbed.coordination.metadata_cache import MetadataCache
 from riverbed.coordination.producer_ids import ProducerIdIssuer
 from riverbed.groups.coordinator import GroupCoordinator
 from riverbed.hot.isr import IsrManager
+from riverbed.hot.metrics import BrokerMetrics
 from riverbed.hot.partitions import Partition, PartitionManager
 from riverbed.protocol.errors import ErrorCode, KafkaError
 
@@ -38,6 +39,7 @@ class BrokerContext:
     producer_ids: ProducerIdIssuer
     isr_manager: IsrManager
     groups: GroupCoordinator
+    metrics: BrokerMetrics
     controller: Controller | None = None  # ours; active only while this broker is controller
     now_ms: Callable[[], int] = field(default=wall_clock_ms)
     tiering: TieredStorage | None = None  # when remote.storage.url is set

@@ -18,13 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from dataclasses import dataclass
 
 from riverbed.hot.followers import monotonic_ms
 from riverbed.hot.handlers.context import BrokerContext
+from riverbed.hot.log import ReadResult
+from riverbed.hot.metrics import CONSUMER, FOLLOWER, BrokerMetrics
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.protocol.records_header import iter_batch_headers
 from riverbed.protocol.regions import FileRegion
 
 log = logging.getLogger(__name__)
@@ -52,6 +56,8 @@ class _PartitionRead:
     remote_offset: int | None = None
     remote_max_bytes: int = 0
     remote_batches: bytes | None = None
+    # Offsets the response hands out from the fetch offset on (riverbed_topic_records_out).
+    offsets_out: int = 0
 
     @property
     def size_bytes(self) -> int:
@@ -76,6 +82,7 @@ async def handle_fetch(
         has_error = any(r.data.error_code != ErrorCode.NONE for r in reads)
         remaining_s = deadline - loop.time()
         if size_bytes >= request.min_bytes or has_error or remaining_s <= 0 or not reads:
+            _count_out(ctx.metrics, reads, FOLLOWER if replica_id >= 0 else CONSUMER)
             return _response(reads, version)
         _release(reads)
         await _wait_for_data(ctx, reads, remaining_s, follower=replica_id >= 0)
@@ -103,7 +110,7 @@ def _read_all(
                 data.error_code = ErrorCode.UNKNOWN_TOPIC_ID
                 continue
             try:
-                read.region = _read_partition(
+                result = _read_partition(
                     ctx,
                     name,
                     wanted,
@@ -116,8 +123,10 @@ def _read_all(
                 if not _goes_remote(ctx, read, wanted, error, budget_bytes, replica_id, reads):
                     data.error_code = error.code
                 continue
-            if read.region is not None:
-                budget_bytes -= read.region.size
+            if result is not None:
+                read.region = result.region
+                read.offsets_out = result.next_offset - wanted.fetch_offset
+                budget_bytes -= result.region.size
                 anything_read = True
     return reads
 
@@ -141,7 +150,7 @@ def _read_partition(
     *,
     replica_id: int,
     first_non_empty: bool,
-) -> FileRegion | None:
+) -> ReadResult | None:
     partition = ctx.leader_partition(topic, wanted.partition, wanted.current_leader_epoch)
     partition_log = partition.log
     if replica_id >= 0:
@@ -180,12 +189,11 @@ def _read_partition(
     result = partition_log.read(wanted.fetch_offset, max(max_bytes, 0), max_offset)
     if result is None:
         return None
-    region = result.region
-    if region.size > max_bytes and not first_non_empty:
+    if result.region.size > max_bytes and not first_non_empty:
         # KIP-74 lets only the first partition with data exceed the budget.
-        region.close()
+        result.region.close()
         return None
-    return region
+    return result
 
 
 def _goes_remote(
@@ -228,20 +236,41 @@ async def _read_remote(ctx: BrokerContext, reads: list[_PartitionRead]) -> None:
         if ctx.tiering is None or partition is None:
             read.data.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
             continue
+        metrics = ctx.metrics
+        metrics.remote_fetches.inc()
+        started_s = time.perf_counter()
         try:
             read.data.log_start_offset = await ctx.tiering.log_start_offset(partition)
             batches = await ctx.tiering.read(partition, read.remote_offset, read.remote_max_bytes)
         except KafkaError as error:
+            metrics.remote_fetch_errors.inc()
             read.data.error_code = error.code
             continue
         except Exception as error:  # the store failed after its retries: the consumer retries
+            metrics.remote_fetch_errors.inc()
             log.warning("%s: cold read at %d failed: %s", partition, read.remote_offset, error)
             read.data.error_code = ErrorCode.KAFKA_STORAGE_ERROR
             continue
+        metrics.remote_fetch_seconds.observe(time.perf_counter() - started_s)
         if batches is None:
             read.data.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
         else:
             read.remote_batches = batches
+            read.offsets_out = _next_offset(batches, read.remote_offset) - read.remote_offset
+
+
+def _next_offset(batches: bytes, offset: int) -> int:
+    """The offset after the last of `batches` (headers only; `offset` if there are none)."""
+    for _, header in iter_batch_headers(batches):
+        offset = header.last_offset + 1
+    return offset
+
+
+def _count_out(metrics: BrokerMetrics, reads: list[_PartitionRead], reader: str) -> None:
+    for read in reads:
+        if read.size_bytes:
+            metrics.bytes_out.labels(read.topic, reader).inc(read.size_bytes)
+            metrics.records_out.labels(read.topic, reader).inc(max(read.offsets_out, 0))
 
 
 async def _wait_for_data(

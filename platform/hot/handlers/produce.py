@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from riverbed.hot.handlers.context import BrokerContext
+from riverbed.hot.log import AppendResult
 from riverbed.hot.partitions import Partition
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
@@ -68,14 +69,20 @@ async def handle_produce(
     produce_response = m.ProduceResponse(responses=responses)
     if pending:
         timeout_ms = min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX)
-        return _respond_when_committed(produce_response, pending, timeout_ms)
+        return _respond_when_committed(ctx, produce_response, pending, timeout_ms)
     return produce_response
 
 
 async def _respond_when_committed(
-    response: m.ProduceResponse, pending: list[_Pending], timeout_ms: int
+    ctx: BrokerContext, response: m.ProduceResponse, pending: list[_Pending], timeout_ms: int
 ) -> m.ProduceResponse:
-    await _wait_for_commits(pending, timeout_ms)
+    # Counted from inside: a coroutine cancelled before it starts never ran its finally.
+    purgatory = ctx.metrics.produce_purgatory
+    purgatory.inc()
+    try:
+        await _wait_for_commits(pending, timeout_ms)
+    finally:
+        purgatory.dec()
     return response
 
 
@@ -101,6 +108,9 @@ def _produce_partition(
         result = partition.append_as_leader(records, headers, now_ms)
     except KafkaError as error:
         return _error_response(index, error), None
+    if isinstance(result, AppendResult):  # not a retried duplicate, which appended nothing
+        ctx.metrics.bytes_in.labels(topic).inc(len(records))
+        ctx.metrics.records_in.labels(topic).inc(result.last_offset - result.first_offset + 1)
     response = PartitionResponse(
         index=index,
         error_code=ErrorCode.NONE,

@@ -1,0 +1,69 @@
+"""Scraping a broker process's Prometheus endpoint (`metrics.port`) the way Prometheus does.
+
+broker = broker_factory({**with_metrics_port()})
+metrics = scrape(broker)
+assert metrics.value("riverbed_topic_records_in_total", topic="orders") == 1000
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.broker import HOST, BrokerProcess
+
+SCRAPE_TIMEOUT_S: Final = 10.0
+WITH_METRICS: Final = {"metrics.port": "0"}
+ENDPOINT_LINE: Final = re.compile(r"metrics on http://[^:]+:(\d+)/metrics")
+
+
+def metrics_port(broker: BrokerProcess) -> int:
+    """The port the broker's current start logged for its endpoint; LookupError if none."""
+    found = ENDPOINT_LINE.findall(broker.log_path.read_text())
+    if not found:
+        raise LookupError(f"broker {broker.broker_id} logged no metrics endpoint")
+    return int(found[-1])
+
+
+def metrics_url(broker: BrokerProcess, path: str = "/metrics") -> str:
+    return f"http://{HOST}:{metrics_port(broker)}{path}"
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """Every sample of one scrape: (sample name, sorted labels) -> value."""
+
+    samples: Mapping[tuple[str, tuple[tuple[str, str], ...]], float]
+
+    def value(self, name: str, **labels: str) -> float:
+        """The sample with exactly these labels; KeyError naming it if there is none."""
+        key = (name, tuple(sorted(labels.items())))
+        if key not in self.samples:
+            raise KeyError(f"no sample {name}{labels} in the scrape")
+        return self.samples[key]
+
+    def total(self, name: str, **labels: str) -> float:
+        """The sum over the samples of `name` whose labels include these (0 if none)."""
+        wanted = set(labels.items())
+        return sum(
+            value
+            for (sample, sample_labels), value in self.samples.items()
+            if sample == name and wanted <= set(sample_labels)
+        )
+
+
+def scrape(broker: BrokerProcess) -> Scrape:
+    with urllib.request.urlopen(metrics_url(broker), timeout=SCRAPE_TIMEOUT_S) as response:
+        assert response.status == 200
+        text = response.read().decode()
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    return Scrape(samples)
