@@ -26,7 +26,7 @@ bench: setup-test
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 setup: $(STAMPS)/debian-run $(STAMPS)/installed
-setup-test: setup $(STAMPS)/debian-test $(STAMPS)/test-deps $(STAMPS)/installed
+setup-test: setup $(STAMPS)/debian-test $(STAMPS)/test-deps $(STAMPS)/installed $(STAMPS)/checkov
 
 # Java and ZooKeeper come from Debian's packages; only install what is missing.
 $(STAMPS)/debian-run:
@@ -60,6 +60,19 @@ $(STAMPS)/test-deps: pyproject.toml $(STAMPS)/runtime-deps | $(PY)
 	{ $(PY) -m tools.deps runtime; $(PY) -m tools.deps test; } | xargs $(PY) -m pip install -q
 	@touch $@
 
+# checkov (tests/deploy/test_terraform.py checks terraform/ with it) pins its own boto3, botocore,
+# numpy and packaging: it gets a virtualenv of its own so it cannot move the project's. Remade
+# when this Makefile changes (a new CHECKOV_VERSION); pip leaves a satisfied pin alone.
+CHECKOV_VERSION := 3.3.30
+CHECKOV_VENV := .venv-checkov
+
+$(STAMPS)/checkov: Makefile
+	@mkdir -p $(STAMPS)
+	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install -q --upgrade pip
+	$(CHECKOV_VENV)/bin/python -m pip install -q checkov==$(CHECKOV_VERSION)
+	@touch $@
+
 # A regular (non-editable) install: the wheel's generated riverbed/__init__.py (see setup.py) is
 # what users get, so it is what the tests import.
 $(STAMPS)/installed: $(SOURCES) $(STAMPS)/runtime-deps
@@ -68,4 +81,4 @@ $(STAMPS)/installed: $(SOURCES) $(STAMPS)/runtime-deps
 	@touch $@
 
 clean:
-	rm -rf $(VENV) $(STAMPS) build dist *.egg-info
+	rm -rf $(VENV) $(CHECKOV_VENV) $(STAMPS) build dist *.egg-info

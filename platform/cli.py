@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 from riverbed import cli_groups
@@ -35,6 +35,7 @@ from riverbed.configs import BrokerConfig, parse_properties
 from riverbed.coordination.embedded_zk import ZooKeeperNotInstalledError, ZooKeeperStartError
 from riverbed.coordination.metadata import BrokerIdConflictError
 from riverbed.coordination.zk import ZkError
+from riverbed.env_config import settings_from_env
 from riverbed.hot.log_manager import DataDirLockedError
 from riverbed.protocol.errors import KafkaError
 
@@ -92,7 +93,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default=os.environ.get("RIVERBED_LOG_LEVEL", "INFO"))
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    broker = commands.add_parser("broker", help="run one broker")
+    broker = commands.add_parser(
+        "broker",
+        help="run one broker",
+        description="Run one broker. Settings, lowest precedence first: defaults, --config, "
+        "RIVERBED_* environment variables, --set, the dedicated flags (--id, --listen, ...).",
+        epilog="Environment: RIVERBED_<NAME> sets the broker setting NAME lower-cased, with ___ "
+        "-> '-', __ -> '_', _ -> '.' (RIVERBED_LOG_RETENTION_MS=3600000 sets log.retention.ms); "
+        "a RIVERBED_* variable that names no broker setting is an error. RIVERBED_LOG_LEVEL is "
+        "--log-level's default, not a broker setting.",
+    )
     broker.add_argument("--id", type=int, dest="broker_id", help="broker.id")
     broker.add_argument("--listen", metavar="HOST:PORT", help="listener address")
     broker.add_argument("--data-dir", metavar="DIR", help="log.dirs: where partition logs live")
@@ -213,11 +223,15 @@ def _parse_pairs(pairs: Sequence[str], what: str) -> dict[str, str]:
     return result
 
 
-def broker_config_from_args(args: argparse.Namespace) -> BrokerConfig:
-    """Merge the config file, then --set pairs, then the dedicated flags (highest precedence)."""
+def broker_config_from_args(
+    args: argparse.Namespace, environ: Mapping[str, str] = os.environ
+) -> BrokerConfig:
+    """Merge the config file, then RIVERBED_* variables of `environ` (riverbed.env_config), then
+    --set pairs, then the dedicated flags (highest precedence)."""
     settings: dict[str, str] = {}
     if args.config:
         settings.update(parse_properties(Path(args.config).read_text()))
+    settings.update(settings_from_env(environ))
     settings.update(_parse_pairs(args.set, "--set"))
     if args.broker_id is not None:
         settings["broker.id"] = str(args.broker_id)
