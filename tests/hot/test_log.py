@@ -112,6 +112,21 @@ def test_every_offset_reads_the_batch_that_holds_it(log: PartitionLog) -> None:
         assert len(first_batch) <= 3, "starts at the batch holding the offset, not before"
 
 
+def test_a_read_says_where_the_reader_goes_on(log: PartitionLog) -> None:
+    """next_offset is the offset after the region's last record, whether the region ends inside
+    a segment, at a segment's end, at the high watermark or at the log's end."""
+    values = fill(log, 120)
+    assert len(log.segment_stats()) > 2  # several segments, so reads end at segment ends too
+    for offset in range(len(values)):
+        for max_bytes, max_offset in ((300, log.log_end_offset), (5000, 70)):
+            result = log.read(offset, max_bytes, max_offset)
+            if result is None:
+                continue
+            result.region.close()
+            records = read_records(log, offset, max_bytes, max_offset)
+            assert result.next_offset == records[-1].offset + 1
+
+
 def test_first_offsets_and_leader_epoch_are_assigned(log: PartitionLog) -> None:
     first = append(log, batch([b"a", b"b"]), batch([b"c"]))
     second = append(log, batch([b"d"]))
