@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Coroutine
-from typing import Any, NamedTuple
+from typing import Any
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Histogram
 from riverbed.hot.handlers.admin_topics import handle_create_topics, handle_delete_topics
 from riverbed.hot.handlers.alter_configs import (
     handle_alter_configs,
@@ -40,11 +40,6 @@ from riverbed.protocol.connection import RequestHeader, encode_response
 from riverbed.protocol.messages import RequestBody, ResponseBody
 
 
-class _ApiMetrics(NamedTuple):
-    requests: Counter
-    seconds: Histogram
-
-
 class Dispatcher:
     """The server's request handler: one `match` over the request types we implement.
 
@@ -56,14 +51,12 @@ class Dispatcher:
 
     def __init__(self, ctx: BrokerContext) -> None:
         self._ctx = ctx
-        # The labelled children of each API, looked up once rather than on every request.
-        self._api_metrics: dict[type[RequestBody], _ApiMetrics] = {}
 
     async def __call__(
         self, header: RequestHeader, body: RequestBody, client_host: str
     ) -> Response | Deferred:
         started_s = time.perf_counter()
-        metrics = self._metrics_of(body)
+        metrics = self._ctx.metrics.api(type(body).__name__)
         metrics.requests.inc()
         if isinstance(body, m.ProduceRequest):
             outcome = await handle_produce(self._ctx, body)
@@ -76,16 +69,6 @@ class Dispatcher:
         if response is None:
             return None
         return encode_response(header, response)
-
-    def _metrics_of(self, body: RequestBody) -> _ApiMetrics:
-        kind = type(body)
-        found = self._api_metrics.get(kind)
-        if found is None:
-            api = kind.__name__.removesuffix("Request")
-            registry = self._ctx.metrics
-            found = _ApiMetrics(registry.requests.labels(api), registry.request_seconds.labels(api))
-            self._api_metrics[kind] = found
-        return found
 
     async def _handle(
         self, header: RequestHeader, body: RequestBody, client_host: str

@@ -47,15 +47,6 @@ class Scrape:
             raise KeyError(f"no sample {name}{labels} in the scrape")
         return self.samples[key]
 
-    def total(self, name: str, **labels: str) -> float:
-        """The sum over the samples of `name` whose labels include these (0 if none)."""
-        wanted = set(labels.items())
-        return sum(
-            value
-            for (sample, sample_labels), value in self.samples.items()
-            if sample == name and wanted <= set(sample_labels)
-        )
-
 
 def scrape(broker: BrokerProcess) -> Scrape:
     with urllib.request.urlopen(metrics_url(broker), timeout=SCRAPE_TIMEOUT_S) as response:

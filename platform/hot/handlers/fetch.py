@@ -269,8 +269,9 @@ def _next_offset(batches: bytes, offset: int) -> int:
 def _count_out(metrics: BrokerMetrics, reads: list[_PartitionRead], reader: str) -> None:
     for read in reads:
         if read.size_bytes:
-            metrics.bytes_out.labels(read.topic, reader).inc(read.size_bytes)
-            metrics.records_out.labels(read.topic, reader).inc(max(read.offsets_out, 0))
+            traffic = metrics.traffic_out(read.topic, reader)
+            traffic.bytes.inc(read.size_bytes)
+            traffic.records.inc(max(read.offsets_out, 0))
 
 
 async def _wait_for_data(

@@ -109,8 +109,9 @@ def _produce_partition(
     except KafkaError as error:
         return _error_response(index, error), None
     if isinstance(result, AppendResult):  # not a retried duplicate, which appended nothing
-        ctx.metrics.bytes_in.labels(topic).inc(len(records))
-        ctx.metrics.records_in.labels(topic).inc(result.last_offset - result.first_offset + 1)
+        traffic = ctx.metrics.traffic_in(topic)
+        traffic.bytes.inc(len(records))
+        traffic.records.inc(result.last_offset - result.first_offset + 1)
     response = PartitionResponse(
         index=index,
         error_code=ErrorCode.NONE,
