@@ -17,7 +17,7 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
-from riverbed import cli_groups
+from riverbed import cli_groups, cli_partitions
 from riverbed.client.admin import Admin, ConfigSource
 from riverbed.client.consumer import Consumer
 from riverbed.client.producer import Producer
@@ -199,7 +199,9 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT")
 
     groups = cli_groups.add_parser(commands, DEFAULT_BOOTSTRAP)
-    groups.set_defaults(command=_groups)
+    groups.set_defaults(command=_admin_action)
+    for replicas in cli_partitions.add_parsers(commands, DEFAULT_BOOTSTRAP):
+        replicas.set_defaults(command=_admin_action)
     return parser
 
 
@@ -430,8 +432,9 @@ def _topics_delete(args: argparse.Namespace) -> int:
     return _admin_command(args, action)
 
 
-def _groups(args: argparse.Namespace) -> int:
-    action: cli_groups.GroupAction = args.group_action
+def _admin_action(args: argparse.Namespace) -> int:
+    """The `groups`, `partitions` and `leaders` actions: `args.admin_action(admin, args)`."""
+    action: cli_groups.GroupAction = args.admin_action
     return _admin_command(args, lambda admin: action(admin, args))
 
 

@@ -45,7 +45,7 @@ RESETTABLE_STATES: Final = frozenset({GroupState.EMPTY, GroupState.DEAD})
 
 def add_parser(commands: Any, bootstrap_default: str) -> argparse.ArgumentParser:
     """Add `groups` and its actions to the `riverbed` subcommands; each action is set as the
-    `group_action` default of its parser."""
+    `admin_action` default of its parser."""
     groups: argparse.ArgumentParser = commands.add_parser(
         "groups", help="list, describe, reset the offsets of and delete consumer groups"
     )
@@ -60,14 +60,14 @@ def add_parser(commands: Any, bootstrap_default: str) -> argparse.ArgumentParser
         help="show each group's state; with states, only groups in one of them "
         f"({', '.join(s.value for s in GroupState if s is not GroupState.UNKNOWN)})",
     )
-    listing.set_defaults(group_action=list_groups)
+    listing.set_defaults(admin_action=list_groups)
 
     describe = actions.add_parser(
         "describe", help="members, assignments, committed offsets and lag of a group"
     )
     describe.add_argument("group")
     describe.add_argument("--json", action="store_true", help="machine-readable output")
-    describe.set_defaults(group_action=describe_group)
+    describe.set_defaults(admin_action=describe_group)
 
     reset = actions.add_parser(
         "reset-offsets", help="move an empty group's committed offsets (a dry run by default)"
@@ -96,11 +96,11 @@ def add_parser(commands: Any, bootstrap_default: str) -> argparse.ArgumentParser
     mode = reset.add_mutually_exclusive_group()
     mode.add_argument("--execute", action="store_true", help="commit the new offsets")
     mode.add_argument("--dry-run", action="store_true", help="only print them (the default)")
-    reset.set_defaults(group_action=reset_offsets)
+    reset.set_defaults(admin_action=reset_offsets)
 
     delete = actions.add_parser("delete", help="delete an empty group and its offsets")
     delete.add_argument("group")
-    delete.set_defaults(group_action=delete_group)
+    delete.set_defaults(admin_action=delete_group)
 
     for sub in (listing, describe, reset, delete):
         sub.add_argument("--bootstrap-server", default=bootstrap_default, metavar="HOST:PORT")

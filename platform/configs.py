@@ -60,6 +60,7 @@ class ConfigSource(enum.IntEnum):
     """Where an effective value came from; the values are DescribeConfigs' ConfigSource ids."""
 
     TOPIC = 1  # DYNAMIC_TOPIC_CONFIG
+    DYNAMIC_DEFAULT_BROKER = 3  # DYNAMIC_DEFAULT_BROKER_CONFIG
     BROKER = 4  # STATIC_BROKER_CONFIG
     DEFAULT = 5  # DEFAULT_CONFIG
 
@@ -92,6 +93,20 @@ def each_one_of(*choices: str) -> Validator:
         f"a non-empty comma-separated list of {', '.join(choices)}",
     )
 
+
+_THROTTLED_REPLICA = re.compile(r"\d+:\d+")
+
+
+def _throttled_replicas_ok(value: ConfigPrimitive) -> bool:
+    if not isinstance(value, tuple):
+        return False
+    return value == ("*",) or all(_THROTTLED_REPLICA.fullmatch(item) for item in value)
+
+
+# Kafka's format of *.replication.throttled.replicas: "*" or partition:broker pairs.
+THROTTLED_REPLICAS: Final = Validator(
+    _throttled_replicas_ok, "'*' or a comma-separated list of partition:broker"
+)
 
 _LISTENER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)://([^:/\s]*):(\d{1,5})")
 
@@ -202,6 +217,12 @@ TOPIC_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
               "log.flush.interval.ms"),
     ConfigDef("index.interval.bytes", _T.INT, 4096, "bytes between offset index entries",
               at_least(0), "log.index.interval.bytes"),
+    ConfigDef("follower.replication.throttled.replicas", _T.LIST, (), "replicas (partition:"
+              "follower broker, or *) whose copying is capped by follower.replication."
+              "throttled.rate", THROTTLED_REPLICAS),
+    ConfigDef("leader.replication.throttled.replicas", _T.LIST, (), "replicas (partition:"
+              "broker, or *) that Kafka's leader-side throttle would cap; accepted for tools "
+              "that set it, not enforced (Riverbed throttles on the follower)", THROTTLED_REPLICAS),
     ConfigDef("local.retention.bytes", _T.LONG, LOCAL_RETENTION_FROM_RETENTION, "bytes kept on "
               "local disk when tiered (-2: retention.bytes)", at_least(-2),
               "log.local.retention.bytes"),
@@ -309,6 +330,18 @@ BROKER_ONLY_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
               "the first listener's)"),
 )  # fmt: skip
 
+# Broker configs that can change while brokers run (Kafka's dynamic broker configs), set
+# cluster-wide with IncrementalAlterConfigs on the default broker entity (empty name) and kept in
+# ZooKeeper at /config/brokers/<default>.
+DYNAMIC_BROKER_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
+    ConfigDef("follower.replication.throttled.rate", _T.LONG, LONG_MAX, "bytes/s each broker "
+              "copies for the replicas in a topic's follower.replication.throttled.replicas",
+              at_least(1)),
+    ConfigDef("leader.replication.throttled.rate", _T.LONG, LONG_MAX, "Kafka's leader-side cap; "
+              "accepted, not enforced (Riverbed throttles on the follower)", at_least(1)),
+)  # fmt: skip
+DYNAMIC_BROKER_CONFIGS: Final = {d.name: d for d in DYNAMIC_BROKER_CONFIG_DEFS}
+
 _BROKER_SYNONYMS: Final = {d.broker_synonym: d for d in TOPIC_CONFIG_DEFS if d.broker_synonym}
 BROKER_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
     *BROKER_ONLY_CONFIG_DEFS,
@@ -339,11 +372,29 @@ def _parse_all(
 def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
     """Check topic config overrides; return them in canonical string form, ready to store.
     Raises ConfigError (a KafkaError with INVALID_CONFIG) naming the first bad key."""
-    parsed = _parse_all(TOPIC_CONFIGS, configs, "topic")
+    return _canonical(TOPIC_CONFIGS, configs, "topic")
+
+
+def validate_dynamic_broker_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Check dynamic broker config overrides, as validate_topic_configs does topic ones."""
+    return _canonical(DYNAMIC_BROKER_CONFIGS, configs, "dynamic broker")
+
+
+def dynamic_broker_config(overrides: Mapping[str, str]) -> dict[str, int]:
+    """The effective dynamic broker configs (all LONG) for the stored `overrides`."""
+    values = _parse_all(DYNAMIC_BROKER_CONFIGS, overrides, "dynamic broker")
+    effective = {d.name: d.default for d in DYNAMIC_BROKER_CONFIG_DEFS} | values
+    return {name: int(value) for name, value in effective.items() if isinstance(value, int)}
+
+
+def _canonical(
+    defs: Mapping[str, ConfigDef], configs: Mapping[str, str | None], kind: str
+) -> dict[str, str]:
+    parsed = _parse_all(defs, configs, kind)
     canonical: dict[str, str] = {}
     for key, value in parsed.items():
-        text = TOPIC_CONFIGS[key].render(value)
-        if text is None:  # parse never yields None for a topic config; keep the type honest
+        text = defs[key].render(value)
+        if text is None:  # parse never yields None for these configs; keep the type honest
             raise ConfigError(key, f"config {key!r} cannot be null")
         canonical[key] = text
     return canonical
@@ -367,7 +418,9 @@ class TopicConfig:
     delete_retention_ms: int
     flush_messages: int
     flush_ms: int
+    follower_replication_throttled_replicas: tuple[str, ...]
     index_interval_bytes: int
+    leader_replication_throttled_replicas: tuple[str, ...]
     local_retention_bytes: int
     local_retention_ms: int
     max_compaction_lag_ms: int
@@ -582,9 +635,12 @@ def effective_topic_config(
     return result
 
 
-def effective_broker_config(broker: BrokerConfig) -> dict[str, ConfigValue]:
-    """Every broker config with its value: set in the config file/flags, or the default. Static
-    (read-only) as Riverbed has no dynamic broker configs."""
+def effective_broker_config(
+    broker: BrokerConfig, dynamic: Mapping[str, str] | None = None
+) -> dict[str, ConfigValue]:
+    """Every broker config with its value: set in the config file/flags, or the default, all
+    read-only; then the dynamic ones, set cluster-wide (`dynamic`, the stored overrides) or
+    their defaults."""
     result: dict[str, ConfigValue] = {}
     for definition in BROKER_CONFIG_DEFS:
         synonyms: list[ConfigSynonym] = []
@@ -594,6 +650,16 @@ def effective_broker_config(broker: BrokerConfig) -> dict[str, ConfigValue]:
         default = definition.render(definition.default)
         synonyms.append(ConfigSynonym(definition.name, default, ConfigSource.DEFAULT))
         result[definition.name] = _config_value(definition, synonyms, read_only=True)
+    for definition in DYNAMIC_BROKER_CONFIG_DEFS:
+        synonyms = []
+        if dynamic and definition.name in dynamic:
+            value = dynamic[definition.name]
+            synonyms.append(
+                ConfigSynonym(definition.name, value, ConfigSource.DYNAMIC_DEFAULT_BROKER)
+            )
+        default = definition.render(definition.default)
+        synonyms.append(ConfigSynonym(definition.name, default, ConfigSource.DEFAULT))
+        result[definition.name] = _config_value(definition, synonyms, read_only=False)
     return result
 
 

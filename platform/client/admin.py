@@ -32,6 +32,7 @@ from riverbed.client.settings import AdminSettings
 from riverbed.client.types import TopicPartition
 from riverbed.errors import (
     CoordinatorError,
+    KafkaError,
     KafkaStorageError,
     KafkaTimeoutError,
     LeadershipError,
@@ -45,6 +46,7 @@ from riverbed.protocol.errors import ErrorCode
 T = TypeVar("T")
 
 RESOURCE_TOPIC: Final = 2
+RESOURCE_BROKER: Final = 4
 # ListOffsets' special timestamps (Kafka's ListOffsetsRequest constants).
 LATEST_TIMESTAMP: Final = -1
 EARLIEST_TIMESTAMP: Final = -2
@@ -226,6 +228,25 @@ class OffsetAndMetadata:
             raise ValueError(f"a committed offset must be an int >= 0, got {self.offset!r}")
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionReassignment:
+    """A reassignment in progress: the full replica set (target replicas first) and what moves."""
+
+    replicas: tuple[int, ...]
+    adding_replicas: tuple[int, ...]
+    removing_replicas: tuple[int, ...]
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        return tuple(r for r in self.replicas if r not in self.removing_replicas)
+
+
+# Per partition of a reassignment or election: None where it succeeded, else the error.
+PartitionErrors = dict[TopicPartition, KafkaError | None]
+# KIP-460's election types.
+ELECTION_TYPES: Final[Mapping[str, int]] = {"preferred": 0, "unclean": 1}
+
+
 class Admin(AsyncClient):
     """Async context manager for cluster administration:
 
@@ -369,7 +390,32 @@ class Admin(AsyncClient):
         overrides keys, `delete` removes overrides (the key goes back to its broker or built-in
         default). With `validate_only` the broker checks the change and applies nothing.
         ConfigError (INVALID_CONFIG, naming the key) for an unknown key or a bad value."""
-        to_set = dict(set or {})
+        await self._incremental_alter(
+            RESOURCE_TOPIC, topic, set or {}, delete, validate_only, f"the configs of {topic!r}"
+        )
+
+    async def alter_broker_configs(
+        self,
+        *,
+        set: Mapping[str, str] | None = None,  # Kafka's name for the operation
+        delete: Collection[str] = (),
+        validate_only: bool = False,
+    ) -> None:
+        """Change the cluster-wide dynamic broker configs (Kafka's default broker entity), e.g.
+        `follower.replication.throttled.rate`; as `alter_configs` does a topic's."""
+        await self._incremental_alter(
+            RESOURCE_BROKER, "", set or {}, delete, validate_only, "the dynamic broker configs"
+        )
+
+    async def _incremental_alter(
+        self,
+        resource_type: int,
+        name: str,
+        to_set: Mapping[str, str],
+        delete: Collection[str],
+        validate_only: bool,
+        what: str,
+    ) -> None:
         both = sorted(to_set.keys() & frozenset(delete))
         if both:
             raise ValueError(f"config keys in both set and delete: {', '.join(both)}")
@@ -377,8 +423,8 @@ class Admin(AsyncClient):
         request = m.IncrementalAlterConfigsRequest(
             resources=[
                 m.IncrementalAlterConfigsRequest.AlterConfigsResource(
-                    resource_type=RESOURCE_TOPIC,
-                    resource_name=topic,
+                    resource_type=resource_type,
+                    resource_name=name,
                     configs=[
                         *(Config(name=k, config_operation=SET, value=v) for k, v in to_set.items()),
                         *(Config(name=k, config_operation=DELETE, value=None) for k in delete),
@@ -388,8 +434,7 @@ class Admin(AsyncClient):
             validate_only=validate_only,
         )
         response = await self._retrying(
-            f"altering the configs of {topic!r}",
-            lambda: self._call_any(request, m.IncrementalAlterConfigsResponse),
+            f"altering {what}", lambda: self._call_any(request, m.IncrementalAlterConfigsResponse)
         )
         result = response.responses[0]
         _raise_for(result.error_code, result.error_message)
@@ -465,6 +510,109 @@ class Admin(AsyncClient):
         return answered
 
     # -- consumer groups ------------------------------------------------------------------
+    async def alter_partition_reassignments(
+        self, moves: Mapping[TopicPartition, Sequence[int] | None]
+    ) -> PartitionErrors:
+        """Start moving each partition to its target replicas (None cancels its move). Returns
+        once the controller has written the moves; `list_partition_reassignments` shows them
+        until they finish."""
+        request = m.AlterPartitionReassignmentsRequest(
+            timeout_ms=self.settings.request_timeout_ms,
+            topics=[
+                m.AlterPartitionReassignmentsRequest.ReassignableTopic(
+                    name=topic,
+                    partitions=[
+                        m.AlterPartitionReassignmentsRequest.ReassignablePartition(
+                            partition_index=index,
+                            replicas=None if moves[tp] is None else list(moves[tp] or ()),
+                        )
+                        for tp, index in ((TopicPartition(topic, i), i) for i in indexes)
+                    ],
+                )
+                for topic, indexes in _partitions_by_topic(moves)
+            ],
+        )
+
+        async def attempt() -> m.AlterPartitionReassignmentsResponse:
+            response = await self._call_controller(request, m.AlterPartitionReassignmentsResponse)
+            return _retry_unless_controller(response)
+
+        response = await self._retrying("reassigning partitions", attempt)
+        _raise_for(response.error_code, response.error_message)
+        return {
+            TopicPartition(topic.name, p.partition_index): _error_or_none(
+                p.error_code, p.error_message
+            )
+            for topic in response.responses
+            for p in topic.partitions
+        }
+
+    async def list_partition_reassignments(
+        self, partitions: Collection[TopicPartition] | None = None
+    ) -> dict[TopicPartition, PartitionReassignment]:
+        """The reassignments in progress (of `partitions`, or all)."""
+        request = m.ListPartitionReassignmentsRequest(
+            timeout_ms=self.settings.request_timeout_ms,
+            topics=None
+            if partitions is None
+            else [
+                m.ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics(
+                    name=topic, partition_indexes=indexes
+                )
+                for topic, indexes in _partitions_by_topic(partitions)
+            ],
+        )
+
+        async def attempt() -> m.ListPartitionReassignmentsResponse:
+            response = await self._call_controller(request, m.ListPartitionReassignmentsResponse)
+            return _retry_unless_controller(response)
+
+        response = await self._retrying("listing reassignments", attempt)
+        _raise_for(response.error_code, response.error_message)
+        return {
+            TopicPartition(topic.name, p.partition_index): PartitionReassignment(
+                tuple(p.replicas), tuple(p.adding_replicas), tuple(p.removing_replicas)
+            )
+            for topic in response.topics
+            for p in topic.partitions
+        }
+
+    async def elect_leaders(
+        self,
+        partitions: Collection[TopicPartition] | None = None,
+        *,
+        election: Literal["preferred", "unclean"] = "preferred",
+    ) -> PartitionErrors:
+        """Elect leaders for `partitions` (None: every partition): the preferred (first)
+        replica, or with "unclean" any live replica where none leads. A partition that needs no
+        election reports an error with code ELECTION_NOT_NEEDED."""
+        if election not in ELECTION_TYPES:
+            raise ValueError(f"election must be one of {', '.join(ELECTION_TYPES)}")
+        request = m.ElectLeadersRequest(
+            election_type=ELECTION_TYPES[election],
+            topic_partitions=None
+            if partitions is None
+            else [
+                m.ElectLeadersRequest.TopicPartitions(topic=topic, partition_id=indexes)
+                for topic, indexes in _partitions_by_topic(partitions)
+            ],
+            timeout_ms=self.settings.request_timeout_ms,
+        )
+
+        async def attempt() -> m.ElectLeadersResponse:
+            response = await self._call_controller(request, m.ElectLeadersResponse)
+            return _retry_unless_controller(response)
+
+        response = await self._retrying("electing leaders", attempt)
+        _raise_for(response.error_code, None)
+        return {
+            TopicPartition(topic.topic, p.partition_id): _error_or_none(
+                p.error_code, p.error_message
+            )
+            for topic in response.replica_election_results
+            for p in topic.partition_result
+        }
+
     async def list_groups(self, states: Collection[GroupState] | None = None) -> list[GroupListing]:
         """Every group in the cluster, sorted by id (each broker lists the groups it
         coordinates, so every broker is asked); with `states`, only groups in one of them."""
@@ -875,6 +1023,10 @@ def _config_source(wire_id: int) -> ConfigSource:
         return ConfigSource(wire_id)
     except ValueError:  # a source newer than this client
         return ConfigSource.UNKNOWN
+
+
+def _error_or_none(error_code: int, message: str | None) -> KafkaError | None:
+    return None if error_code == ErrorCode.NONE else error_for(error_code, message)
 
 
 def _raise_for(error_code: int, message: str | None) -> None:

@@ -29,18 +29,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections import Counter, defaultdict, deque
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final, TypeVar
 
-from riverbed.coordination.layout import NO_LEADER, MalformedZnodeError
+from riverbed.coordination import reassignment
+from riverbed.coordination.layout import NO_LEADER, MalformedZnodeError, TopicAssignment
 from riverbed.coordination.metadata import (
+    AssignmentUpdate,
     ClusterMetadataStore,
     ControllerMovedError,
     PartitionStateUpdate,
 )
-from riverbed.coordination.metadata_cache import MetadataCache, MetadataChange
+from riverbed.coordination.metadata_cache import MetadataCache, MetadataChange, PartitionMetadata
 from riverbed.coordination.partition_election import (
     BrokerView,
     LeaderAndIsr,
@@ -55,6 +57,7 @@ from riverbed.protocol.errors import ErrorCode, KafkaError
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+T = TypeVar("T")
 
 # Partition states per ZooKeeper transaction (besides the epoch check): at ~150 bytes each, far
 # below ZooKeeper's 1 MiB request limit (jute.maxbuffer).
@@ -62,8 +65,8 @@ STATE_WRITES_PER_TRANSACTION_MAX: Final = 200
 # Times one partition may be re-read because its state changed under a decision, in one event;
 # past that it waits for the next pass.
 CONFLICT_REREADS_MAX: Final = 5
-# Controlled shutdown requests waiting for the controller task (a broker sends one at a time).
-SHUTDOWN_REQUESTS_QUEUED_MAX: Final = 128
+# Requests (controlled shutdowns, reassignments, elections) waiting for the controller task.
+REQUESTS_QUEUED_MAX: Final = 128
 # A pass that failed on ZooKeeper (connection loss) is retried after this long.
 RETRY_BACKOFF_MS: Final = 500
 # How long the controller waits for its cache to show its own writes, so that its next decision
@@ -89,7 +92,9 @@ class _Snapshot:
 
 
 Decision = Callable[[_Snapshot], LeaderAndIsr | None]
-_ShutdownRequest = tuple[int, asyncio.Future[list[TopicPartition]]]
+_Request = tuple[Callable[[], Awaitable[object]], asyncio.Future[Any]]
+# Per partition of a reassignment or election: None where it succeeded.
+Outcomes = dict[TopicPartition, KafkaError | None]
 
 
 class Controller:
@@ -112,7 +117,7 @@ class Controller:
         self._registrations: dict[int, int | None] = {}  # broker -> epoch last seen
         self._shutting_down: set[int] = set()
         self._rescan = False
-        self._shutdowns: deque[_ShutdownRequest] = deque()
+        self._requests: deque[_Request] = deque()
         self._wakeup = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -130,16 +135,20 @@ class Controller:
         """Move `broker_id`'s leaderships to other live ISR members and take it out of every ISR;
         return the replicated partitions it still leads (nobody else in sync). Raises KafkaError
         NOT_CONTROLLER if this controller is not active (or stops being so meanwhile)."""
-        self._check_active()
-        if len(self._shutdowns) >= SHUTDOWN_REQUESTS_QUEUED_MAX:
-            raise KafkaError(
-                ErrorCode.REQUEST_TIMED_OUT,
-                f"{SHUTDOWN_REQUESTS_QUEUED_MAX} controlled shutdowns are already waiting",
-            )
-        future: asyncio.Future[list[TopicPartition]] = asyncio.get_running_loop().create_future()
-        self._shutdowns.append((broker_id, future))
-        self._wakeup.set()
-        return await future
+        return await self._submit(lambda: self._shut_down(broker_id))
+
+    async def alter_reassignments(
+        self, moves: Mapping[TopicPartition, Sequence[int] | None]
+    ) -> Outcomes:
+        """Start moving each partition to its target replicas (None: cancel its move); returns
+        once the moves are written, not when they finish (AlterPartitionReassignments)."""
+        return await self._submit(lambda: self._reassign(moves))
+
+    async def elect_leaders(
+        self, partitions: Collection[TopicPartition] | None, *, unclean: bool
+    ) -> Outcomes:
+        """Preferred (or, with `unclean`, any live) leaders for `partitions` (None: all)."""
+        return await self._submit(lambda: self._elect_leaders(partitions, unclean))
 
     async def stop(self) -> None:
         """Stop acting and wait for the controller task to end. Idempotent."""
@@ -175,8 +184,8 @@ class Controller:
         for task in self._tasks:
             if task is not asyncio.current_task():
                 task.cancel()
-        while self._shutdowns:
-            _broker_id, future = self._shutdowns.popleft()
+        while self._requests:
+            _work, future = self._requests.popleft()
             if not future.done():
                 future.set_exception(self._not_controller())
         log.info("broker %d is no longer the active controller", self.broker_id)
@@ -204,9 +213,9 @@ class Controller:
             await wakeup.wait()
             wakeup.clear()
             try:
-                while self._shutdowns:
-                    await self._serve_shutdown(*self._shutdowns[0])
-                    self._shutdowns.popleft()
+                while self._requests:
+                    await self._serve(*self._requests[0])
+                    self._requests.popleft()
                 if self._rescan:
                     self._rescan = False
                     await self._reconcile()
@@ -225,27 +234,38 @@ class Controller:
                 await asyncio.sleep(RETRY_BACKOFF_MS / 1000)
                 wakeup.set()
 
-    async def _serve_shutdown(
-        self, broker_id: int, future: asyncio.Future[list[TopicPartition]]
+    async def _submit(self, work: Callable[[], Awaitable[T]]) -> T:
+        """Run `work` on the controller task, between passes, and return its result."""
+        self._check_active()
+        if len(self._requests) >= REQUESTS_QUEUED_MAX:
+            raise KafkaError(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"{REQUESTS_QUEUED_MAX} controller requests are already waiting",
+            )
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._requests.append((work, future))
+        self._wakeup.set()
+        return await future
+
+    async def _serve(
+        self, work: Callable[[], Awaitable[object]], future: asyncio.Future[Any]
     ) -> None:
         if future.done():
-            return  # the requester gave up waiting; it retries or stops anyway
+            return  # the requester gave up waiting; it retries (or stops) anyway
         try:
-            remaining = await self._shut_down(broker_id)
+            outcome: object = await work()
         except ControllerMovedError:
             raise  # ends this controller; the request fails with NOT_CONTROLLER
         except KafkaError as error:
-            outcome: list[TopicPartition] | BaseException = error
-        except Exception as error:  # ZooKeeper unreachable (or a bug): the broker retries
-            log.warning("controlled shutdown of broker %d failed", broker_id, exc_info=True)
+            outcome = error
+        except Exception as error:  # ZooKeeper unreachable (or a bug): the requester retries
+            log.warning("controller request failed", exc_info=True)
             outcome = KafkaError(
-                ErrorCode.UNKNOWN_SERVER_ERROR, f"controlled shutdown failed: {error}"
+                ErrorCode.UNKNOWN_SERVER_ERROR, f"controller request failed: {error}"
             )
-        else:
-            outcome = remaining
         if future.done():
             return
-        if isinstance(outcome, BaseException):
+        if isinstance(outcome, KafkaError):
             future.set_exception(outcome)
         else:
             future.set_result(outcome)
@@ -272,6 +292,7 @@ class Controller:
             return change
 
         await self._apply(snapshots, decide)
+        await self._finish_reassignments()
 
     async def _shut_down(self, broker_id: int) -> list[TopicPartition]:
         self._note_registrations()
@@ -291,6 +312,162 @@ class Controller:
             for s in snapshots
             if still_led_by(s.replicas, now.get(s.key, s.current), broker_id)
         ]
+
+    async def _finish_reassignments(self) -> None:
+        """Shrink the replica set of every reassignment whose target replicas are all in sync.
+        A conflict (an ISR write meanwhile) fails the pass, which is retried after a backoff."""
+        moves: dict[TopicPartition, reassignment.ReplicaSet] = {}
+        for topic in self._cache.topics().values():
+            for index, state in topic.partitions.items():
+                done = reassignment.finished(_replica_set(state), state.isr)
+                if done is not None:
+                    moves[(topic.name, index)] = done
+        if moves:
+            await self._write_moves(moves)
+
+    async def _reassign(self, moves: Mapping[TopicPartition, Sequence[int] | None]) -> Outcomes:
+        outcomes: Outcomes = {}
+        for attempt in range(CONFLICT_REREADS_MAX + 1):
+            self._note_registrations()
+            live = frozenset(self._registrations)
+            planned: dict[TopicPartition, reassignment.ReplicaSet] = {}
+            for key, target in moves.items():
+                state = self._cache.partition(*key)
+                if state is None:
+                    outcomes[key] = KafkaError(
+                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{key[0]}-{key[1]} does not exist"
+                    )
+                    continue
+                current = _replica_set(state)
+                try:
+                    if target is None:
+                        moved = reassignment.cancel(current)
+                    else:
+                        reassignment.check_target(target, live)
+                        moved = reassignment.start(current, target)
+                except KafkaError as error:
+                    outcomes[key] = error
+                    continue
+                outcomes[key] = None
+                if moved != current:
+                    planned[key] = moved
+            try:
+                leaderless = await self._write_moves(planned)
+            except (BadVersionError, NoNodeError) as error:
+                # A leader's ISR write or a topic deletion crossed ours: decide again from the
+                # cache once it has caught up (moves already written come out unchanged).
+                log.info("reassignment conflicted on %s (attempt %d)", error.path, attempt + 1)
+                await asyncio.sleep(RETRY_BACKOFF_MS / 1000)
+                continue
+            for key in leaderless:
+                outcomes[key] = KafkaError(
+                    ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, "no replica left could lead"
+                )
+            return outcomes
+        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the partitions kept changing; try again")
+
+    async def _elect_leaders(
+        self, partitions: Collection[TopicPartition] | None, unclean: bool
+    ) -> Outcomes:
+        self._note_registrations()
+        brokers = self._broker_view()
+        snapshots = [s for s in self._snapshots() if partitions is None or s.key in partitions]
+        outcomes: Outcomes = {
+            key: KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{key[0]}-{key[1]} does not exist"
+            )
+            for key in set(partitions or ()) - {s.key for s in snapshots}
+        }
+
+        def decide(snapshot: _Snapshot) -> LeaderAndIsr | None:
+            try:
+                change = self._election(snapshot, brokers, unclean)
+            except KafkaError as error:
+                outcomes[snapshot.key] = error
+                return None
+            outcomes[snapshot.key] = None
+            return change
+
+        await self._apply(snapshots, decide)
+        return outcomes
+
+    def _election(self, snapshot: _Snapshot, brokers: BrokerView, unclean: bool) -> LeaderAndIsr:
+        current, fenced = snapshot.current, self._fenced(snapshot)
+        if not unclean:
+            if snapshot.replicas[0] in fenced:
+                raise KafkaError(
+                    ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE,
+                    f"preferred replica {snapshot.replicas[0]} restarted since it was in sync",
+                )
+            return reassignment.preferred_leader(snapshot.replicas, current, brokers)
+        if current.leader != NO_LEADER and current.leader not in fenced:
+            raise KafkaError(ErrorCode.ELECTION_NOT_NEEDED, f"broker {current.leader} leads")
+        change = reconcile(snapshot.replicas, current, brokers, unclean=True, fenced=fenced)
+        if change is None or change.leader == NO_LEADER:
+            raise KafkaError(ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE, "no replica is live")
+        return change
+
+    async def _write_moves(
+        self, moves: Mapping[TopicPartition, reassignment.ReplicaSet]
+    ) -> set[TopicPartition]:
+        """Write new replica sets: per topic one transaction of its assignment and each moved
+        partition's state (leader and ISR fitted to the new set, a new leader epoch). Returns the
+        partitions not moved because nobody eligible could lead them."""
+        brokers = self._broker_view()
+        by_topic: defaultdict[str, dict[int, reassignment.ReplicaSet]] = defaultdict(dict)
+        for (topic_name, index), moved in moves.items():
+            by_topic[topic_name][index] = moved
+        written: dict[TopicPartition, int] = {}
+        assignments: dict[str, int] = {}
+        leaderless: set[TopicPartition] = set()
+        for name, moved_partitions in sorted(by_topic.items()):
+            topic = self._cache.topic(name)
+            if topic is None:
+                raise NoNodeError(f"topic {name} is gone", path=None)
+            sets = {index: _replica_set(state) for index, state in topic.partitions.items()}
+            updates: list[PartitionStateUpdate] = []
+            for index, moved in sorted(moved_partitions.items()):
+                state = topic.partitions[index]
+                change = reassignment.leader_and_isr(
+                    moved.replicas, LeaderAndIsr(state.leader, state.isr), brokers
+                )
+                if change is None:
+                    leaderless.add((name, index))
+                    continue
+                sets[index] = moved
+                new_state = next_state(state.leader_epoch, change, self._epoch)
+                updates.append(PartitionStateUpdate(name, index, new_state, state.state_version))
+                log.info(
+                    "%s-%d: replicas %s -> %s (adding %s, removing %s), leader %d, ISR %s, "
+                    "leader epoch %d",
+                    name,
+                    index,
+                    list(state.replicas),
+                    list(moved.replicas),
+                    list(moved.adding),
+                    list(moved.removing),
+                    change.leader,
+                    list(change.isr),
+                    new_state.leader_epoch,
+                )
+            if not updates:
+                continue
+            assignment = TopicAssignment(
+                topic.topic_id,
+                {index: rs.replicas for index, rs in sets.items()},
+                adding={index: rs.adding for index, rs in sets.items() if rs.adding},
+                removing={index: rs.removing for index, rs in sets.items() if rs.removing},
+            )
+            versions = await self._store.write_partition_states(
+                updates,
+                self._epoch_version,
+                [AssignmentUpdate(name, assignment, topic.assignment_version)],
+            )
+            for update, version in zip(updates, versions, strict=True):
+                written[(update.topic, update.partition)] = version
+            assignments[name] = topic.assignment_version + 1
+        await self._cache_catches_up(written, assignments)
+        return leaderless
 
     def _broker_view(self) -> BrokerView:
         return BrokerView(
@@ -418,17 +595,28 @@ class Controller:
             stat.modified_zxid,
         )
 
-    async def _cache_catches_up(self, written: Mapping[TopicPartition, int]) -> None:
+    async def _cache_catches_up(
+        self, written: Mapping[TopicPartition, int], assignments: Mapping[str, int] | None = None
+    ) -> None:
+        """Wait until the cache shows the partition state (and assignment) versions we wrote."""
         if not written:
             return
+        assignments = assignments or {}
 
         def caught_up(cache: MetadataCache) -> bool:
             return all(
                 (state := cache.partition(topic, index)) is None or state.state_version >= version
                 for (topic, index), version in written.items()
+            ) and all(
+                (topic := cache.topic(name)) is None or topic.assignment_version >= version
+                for name, version in assignments.items()
             )
 
         try:
             await self._cache.wait_until(caught_up, CACHE_CATCH_UP_TIMEOUT_MS)
         except TimeoutError:
             log.warning("the metadata cache did not show the controller's writes in time")
+
+
+def _replica_set(state: PartitionMetadata) -> reassignment.ReplicaSet:
+    return reassignment.ReplicaSet(state.replicas, state.adding_replicas, state.removing_replicas)

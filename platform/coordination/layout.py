@@ -10,6 +10,7 @@ who has run Kafka (paths are relative to the chroot of the connect string):
 | /brokers/topics/<topic>                      | persistent | TopicAssignment      | create topic  |
 | /brokers/topics/<topic>/partitions/<p>/state | persistent | PartitionState       | create, CAS   |
 | /config/topics/<topic>                       | persistent | TopicConfigOverrides | create, alter |
+| /config/brokers/<default>                    | persistent | TopicConfigOverrides | alter         |
 | /controller                                  | ephemeral  | controller           | controller    |
 | /controller_epoch                            | persistent | epoch                | each election |
 | /admin/delete_topics/<topic>                 | persistent | (reserved)           | -             |
@@ -22,9 +23,13 @@ The data, one JSON object per znode (Kafka's field names and version numbers):
   "jmx_port": -1, "rack": null, "timestamp": "<ms>"}`; the broker id is the znode name.
 - TopicAssignment: `{"version": 3, "topic_id": "<base64url UUID>", "partitions":
   {"0": [1, 2]}, "adding_replicas": {}, "removing_replicas": {}}`; replicas preferred first.
+  During a reassignment (KIP-455) a partition's list is the full replica set, target replicas
+  first, and `adding_replicas` / `removing_replicas` name what is moving (e.g. `{"0": [3]}`).
 - PartitionState: `{"version": 1, "leader": 1, "leader_epoch": 0, "isr": [1, 2],
   "controller_epoch": 1}`; rewritten only conditionally on the znode version.
-- TopicConfigOverrides: `{"version": 1, "config": {"retention.ms": "86400000"}}` (overrides only).
+- TopicConfigOverrides: `{"version": 1, "config": {"retention.ms": "86400000"}}` (overrides only);
+  the same shape holds the cluster-wide dynamic broker configs (Kafka's default broker entity,
+  e.g. `follower.replication.throttled.rate`).
 - controller: `{"version": 1, "brokerid": 1, "timestamp": "<ms>"}`.
 - epoch: the decimal string, e.g. `7`; bumped with a version check in the election transaction.
 - `/admin/delete_topics` is Kafka's asynchronous delete marker; Riverbed deletes a topic's znodes
@@ -52,6 +57,9 @@ CLUSTER_ID_PATH: Final = "/cluster/id"
 BROKER_IDS_PATH: Final = "/brokers/ids"
 BROKER_TOPICS_PATH: Final = "/brokers/topics"
 CONFIG_TOPICS_PATH: Final = "/config/topics"
+CONFIG_BROKERS_PATH: Final = "/config/brokers"
+# Kafka's name for the entity of cluster-wide dynamic broker configs.
+BROKER_DEFAULT_CONFIG_PATH: Final = f"{CONFIG_BROKERS_PATH}/<default>"
 CONTROLLER_PATH: Final = "/controller"
 CONTROLLER_EPOCH_PATH: Final = "/controller_epoch"
 DELETE_TOPICS_PATH: Final = "/admin/delete_topics"
@@ -60,6 +68,7 @@ PERSISTENT_PATHS: Final = (
     BROKER_IDS_PATH,
     BROKER_TOPICS_PATH,
     CONFIG_TOPICS_PATH,
+    CONFIG_BROKERS_PATH,
     DELETE_TOPICS_PATH,
 )
 
@@ -204,17 +213,19 @@ class BrokerRegistration:
 class TopicAssignment:
     topic_id: uuid.UUID
     partitions: Mapping[int, tuple[int, ...]]  # partition -> replica broker ids, preferred first
+    # A reassignment in progress (KIP-455): `partitions` holds the full replica set, target
+    # replicas first; these name the ones being added (not yet in sync) and being removed.
+    adding: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    removing: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         return _dump(
             {
                 "version": TOPIC_ASSIGNMENT_VERSION,
                 "topic_id": encode_uuid(self.topic_id),
-                "partitions": {
-                    str(p): list(replicas) for p, replicas in sorted(self.partitions.items())
-                },
-                "adding_replicas": {},
-                "removing_replicas": {},
+                "partitions": _partition_lists(self.partitions),
+                "adding_replicas": _partition_lists(self.adding),
+                "removing_replicas": _partition_lists(self.removing),
             }
         )
 
@@ -222,21 +233,24 @@ class TopicAssignment:
     def decode(cls, topic: str, data: bytes) -> TopicAssignment:
         path = topic_path(topic)
         fields = _Fields.load(path, data)
-        raw_partitions = fields.get("partitions")
-        if not isinstance(raw_partitions, dict) or not raw_partitions:
+        partitions = _decode_partition_lists(path, "partitions", fields.get("partitions"))
+        if not partitions:
             raise MalformedZnodeError(path, "field 'partitions' must be a non-empty object")
-        partitions: dict[int, tuple[int, ...]] = {}
-        for key, replicas in raw_partitions.items():
-            if not key.isdigit():
-                raise MalformedZnodeError(path, f"partition key {key!r} is not a number")
-            partitions[int(key)] = tuple(_int_list(path, f"partitions.{key}", replicas))
         if sorted(partitions) != list(range(len(partitions))):
             raise MalformedZnodeError(path, "partitions must be numbered 0..n-1")
+        # Absent in assignments written before reassignments existed (Kafka's version 1).
+        adding = _decode_partition_lists(path, "adding_replicas", fields.get("adding_replicas", {}))
+        removing = _decode_partition_lists(
+            path, "removing_replicas", fields.get("removing_replicas", {})
+        )
+        for key, moving in (*adding.items(), *removing.items()):
+            if key not in partitions or not set(moving) <= set(partitions[key]):
+                raise MalformedZnodeError(path, f"partition {key} moves replicas it does not have")
         try:
             topic_id = decode_uuid(fields.string("topic_id"))
         except ValueError as error:
             raise MalformedZnodeError(path, str(error)) from error
-        return cls(topic_id=topic_id, partitions=partitions)
+        return cls(topic_id=topic_id, partitions=partitions, adding=adding, removing=removing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,7 +291,10 @@ class TopicConfigOverrides:
 
     @classmethod
     def decode(cls, topic: str, data: bytes) -> TopicConfigOverrides:
-        path = topic_config_path(topic)
+        return cls.decode_at(topic_config_path(topic), data)
+
+    @classmethod
+    def decode_at(cls, path: str, data: bytes) -> TopicConfigOverrides:
         raw = _Fields.load(path, data).get("config")
         if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
             raise MalformedZnodeError(path, "field 'config' must be an object of strings")
@@ -321,6 +338,21 @@ def _dump(value: object) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode("utf-8")
 
 
+def _partition_lists(lists: Mapping[int, tuple[int, ...]]) -> dict[str, list[int]]:
+    return {str(p): list(replicas) for p, replicas in sorted(lists.items())}
+
+
+def _decode_partition_lists(path: str, key: str, value: object) -> dict[int, tuple[int, ...]]:
+    if not isinstance(value, dict):
+        raise MalformedZnodeError(path, f"field {key!r} must be an object")
+    lists: dict[int, tuple[int, ...]] = {}
+    for partition, replicas in value.items():
+        if not partition.isdigit():
+            raise MalformedZnodeError(path, f"partition key {partition!r} is not a number")
+        lists[int(partition)] = tuple(_int_list(path, f"{key}.{partition}", replicas))
+    return lists
+
+
 def _int_list(path: str, key: str, value: object) -> list[int]:
     if not isinstance(value, list) or not all(_is_int(item) for item in value):
         raise MalformedZnodeError(path, f"field {key!r} must be a list of integers")
@@ -348,8 +380,8 @@ class _Fields:
             raise MalformedZnodeError(path, "expected a JSON object")
         return cls(path, values)
 
-    def get(self, key: str) -> object:
-        return self.values.get(key)
+    def get(self, key: str, default: object = None) -> object:
+        return self.values.get(key, default)
 
     def integer(self, key: str) -> int:
         value = self.values.get(key)

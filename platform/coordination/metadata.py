@@ -17,7 +17,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from riverbed.configs import validate_topic_configs
+from riverbed.configs import validate_dynamic_broker_configs, validate_topic_configs
 from riverbed.coordination import layout
 from riverbed.coordination.assignment import assign_replicas
 from riverbed.coordination.layout import (
@@ -74,6 +74,20 @@ class PartitionStateUpdate:
     @property
     def path(self) -> str:
         return layout.partition_state_path(self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentUpdate:
+    """A controller's new replica assignment for a topic (reassignments), written only over
+    `expected_version`, in the same transaction as the partition states it goes with."""
+
+    topic: str
+    assignment: TopicAssignment
+    expected_version: int
+
+    @property
+    def path(self) -> str:
+        return layout.topic_path(self.topic)
 
 
 def _now_ms() -> int:
@@ -310,15 +324,52 @@ class ClusterMetadataStore:
         two brokers changing one topic at once never lose a change: the loser re-reads and
         re-applies its change. Returns the validated overrides (written unless `validate_only`).
         """
-        config_path = layout.topic_config_path(name)
-        check = CheckOp(layout.topic_path(name), -1)  # -1: any version, but it must exist
+        try:
+            return await self._update_config(
+                layout.topic_config_path(name),
+                change,
+                validate_topic_configs,
+                validate_only=validate_only,
+                must_exist=layout.topic_path(name),
+            )
+        except NoNodeError as error:
+            raise KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
+            ) from error
+
+    async def update_broker_default_config(
+        self,
+        change: Callable[[Mapping[str, str]], Mapping[str, str | None]],
+        *,
+        validate_only: bool = False,
+    ) -> dict[str, str]:
+        """Read-modify-write of the cluster-wide dynamic broker configs, like a topic's."""
+        return await self._update_config(
+            layout.BROKER_DEFAULT_CONFIG_PATH,
+            change,
+            validate_dynamic_broker_configs,
+            validate_only=validate_only,
+        )
+
+    async def _update_config(
+        self,
+        config_path: str,
+        change: Callable[[Mapping[str, str]], Mapping[str, str | None]],
+        validate: Callable[[Mapping[str, str | None]], dict[str, str]],
+        *,
+        validate_only: bool,
+        must_exist: str | None = None,
+    ) -> dict[str, str]:
+        """Raises zk.NoNodeError if `must_exist` does not."""
+        checks: list[TransactionOp] = [] if must_exist is None else [CheckOp(must_exist, -1)]
         for _ in range(CONDITIONAL_WRITE_ATTEMPTS_MAX):
             try:
                 data, stat = await self.zk.get(config_path)
-                current, version = TopicConfigOverrides.decode(name, data).config, stat.version
+                current = TopicConfigOverrides.decode_at(config_path, data).config
+                version: int | None = stat.version
             except NoNodeError:
                 current, version = {}, None
-            overrides = validate_topic_configs(change(current))
+            overrides = validate(change(current))
             if validate_only:
                 return overrides
             encoded = TopicConfigOverrides(overrides).encode()
@@ -328,16 +379,14 @@ class ClusterMetadataStore:
                 else SetOp(config_path, encoded, version)
             )
             try:
-                await self.zk.transaction([check, write])
+                await self.zk.transaction([*checks, write])
                 return overrides
             except NoNodeError as error:
-                if error.path == check.path:
-                    raise KafkaError(
-                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist"
-                    ) from error
+                if error.path == must_exist:
+                    raise
             except (NodeExistsError, BadVersionError):
                 pass  # changed concurrently: read again and re-apply
-        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"config of {name!r} kept changing")
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{config_path} kept changing")
 
     async def get_partition_state(self, topic: str, partition: int) -> tuple[PartitionState, int]:
         """The partition's state and its znode version (for update_partition_state)."""
@@ -364,18 +413,23 @@ class ClusterMetadataStore:
         return stat.version
 
     async def write_partition_states(
-        self, updates: Sequence[PartitionStateUpdate], controller_epoch_version: int
+        self,
+        updates: Sequence[PartitionStateUpdate],
+        controller_epoch_version: int,
+        assignments: Sequence[AssignmentUpdate] = (),
     ) -> list[int]:
-        """The controller's write: all `updates` in one transaction, each conditional on its
-        state znode's version, and only while /controller_epoch is still at
-        `controller_epoch_version` (our election's). Returns the new znode versions, in order.
+        """The controller's write: all `updates` (and `assignments`) in one transaction, each
+        conditional on its znode's version, and only while /controller_epoch is still at
+        `controller_epoch_version` (our election's). Returns the new state znode versions, in
+        order.
 
         On failure nothing is written: ControllerMovedError if another controller was elected
-        since; zk.BadVersionError / zk.NoNodeError whose `.path` names the partition state that
-        changed (a leader's ISR write: re-read, decide again) or went away (topic deleted)."""
+        since; zk.BadVersionError / zk.NoNodeError whose `.path` names the znode that changed
+        (a leader's ISR write: re-read, decide again) or went away (topic deleted)."""
         epoch_check = CheckOp(layout.CONTROLLER_EPOCH_PATH, controller_epoch_version)
         ops: list[TransactionOp] = [epoch_check]
         ops.extend(SetOp(u.path, u.state.encode(), u.expected_version) for u in updates)
+        ops.extend(SetOp(a.path, a.assignment.encode(), a.expected_version) for a in assignments)
         try:
             results = await self.zk.transaction(ops)
         except (BadVersionError, NoNodeError) as error:
@@ -386,7 +440,7 @@ class ClusterMetadataStore:
                 ) from error
             raise
         versions = []
-        for result in results[1:]:
+        for result in results[1 : 1 + len(updates)]:
             if not isinstance(result, NodeStat):
                 raise TypeError(f"a SetOp yields a NodeStat, got {result!r}")
             versions.append(result.version)

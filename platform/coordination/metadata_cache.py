@@ -51,6 +51,14 @@ class PartitionMetadata:
     # The zxid of the state's last write: a broker registered later (see
     # MetadataCache.broker_epoch) has restarted since, and cannot hold a role this state gave it.
     state_modified_zxid: int = 0
+    # A reassignment in progress: `replicas` is the full set, target replicas first.
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """Where the partition is going (or is): the replicas not being removed."""
+        return tuple(r for r in self.replicas if r not in self.removing_replicas)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +67,8 @@ class TopicMetadata:
     topic_id: uuid.UUID
     partitions: Mapping[int, PartitionMetadata]
     configs: Mapping[str, str]  # overrides only; see riverbed.configs for effective values
+    # The assignment znode's version: the controller rewrites it conditionally (reassignments).
+    assignment_version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +82,7 @@ class MetadataChange:
     partitions_changed: frozenset[tuple[str, int]] = frozenset()
     configs_changed: frozenset[str] = frozenset()
     controller_changed: bool = False
+    broker_configs_changed: bool = False  # the cluster-wide dynamic broker configs
 
     def __bool__(self) -> bool:
         return any(
@@ -83,6 +94,7 @@ class MetadataChange:
                 self.partitions_changed,
                 self.configs_changed,
                 self.controller_changed,
+                self.broker_configs_changed,
             )
         )
 
@@ -101,6 +113,7 @@ class MetadataCache:
         self._topics_by_id: dict[uuid.UUID, TopicMetadata] = {}
         self._controller_id: int | None = None
         self._cluster_id: str | None = None
+        self._broker_default_configs: Mapping[str, str] = {}
         self._listeners: list[Listener] = []
 
     # ---- reads ------------------------------------------------------------------------------
@@ -112,6 +125,11 @@ class MetadataCache:
     @property
     def cluster_id(self) -> str | None:
         return self._cluster_id
+
+    @property
+    def broker_default_configs(self) -> Mapping[str, str]:
+        """The cluster-wide dynamic broker config overrides (/config/brokers/<default>)."""
+        return self._broker_default_configs
 
     def brokers(self) -> Mapping[int, BrokerRegistration]:
         return dict(self._brokers)
@@ -215,6 +233,11 @@ class MetadataCache:
     def apply_cluster_id(self, cluster_id: str | None) -> None:
         self._cluster_id = cluster_id  # set once per cluster: not worth a change event
 
+    def apply_broker_default_configs(self, overrides: Mapping[str, str]) -> None:
+        changed = dict(overrides) != dict(self._broker_default_configs)
+        self._broker_default_configs = dict(overrides)
+        self._notify(MetadataChange(broker_configs_changed=changed))
+
     def apply_controller(self, controller_id: int | None) -> None:
         changed = controller_id != self._controller_id
         self._controller_id = controller_id
@@ -275,6 +298,7 @@ class _TopicParts:
     name: str
     assignment: TopicAssignment | None = None
     assignment_zxid: int = 0
+    assignment_version: int = 0
     # partition -> (state, czxid, znode version, mzxid)
     states: dict[int, tuple[PartitionState, int, int, int]] = field(default_factory=dict)
     configs: tuple[Mapping[str, str], int] | None = None  # (overrides, czxid; 0 if no znode)
@@ -295,9 +319,18 @@ class _TopicParts:
                 return None
             state = loaded[0]
             partitions[partition] = PartitionMetadata(
-                replicas, state.leader, state.leader_epoch, state.isr, loaded[2], loaded[3]
+                replicas,
+                state.leader,
+                state.leader_epoch,
+                state.isr,
+                loaded[2],
+                loaded[3],
+                assignment.adding.get(partition, ()),
+                assignment.removing.get(partition, ()),
             )
-        return TopicMetadata(self.name, assignment.topic_id, partitions, dict(overrides))
+        return TopicMetadata(
+            self.name, assignment.topic_id, partitions, dict(overrides), self.assignment_version
+        )
 
 
 class MetadataWatcher:
@@ -319,6 +352,9 @@ class MetadataWatcher:
             await self.zk.ensure_path(path)
         zk = self.zk
         self._handles.append(await zk.watch_data(layout.CLUSTER_ID_PATH, self._on_cluster_id))
+        self._handles.append(
+            await zk.watch_data(layout.BROKER_DEFAULT_CONFIG_PATH, self._on_broker_default_configs)
+        )
         self._handles.append(await zk.watch_data(layout.CONTROLLER_PATH, self._on_controller))
         self._handles.append(await zk.watch_children(layout.BROKER_IDS_PATH, self._on_brokers))
         self._handles.append(await zk.watch_children(layout.BROKER_TOPICS_PATH, self._on_topics))
@@ -363,6 +399,16 @@ class MetadataWatcher:
             except MalformedZnodeError:
                 log.exception("ignoring the cluster id znode")
         self.cache.apply_cluster_id(cluster_id)
+
+    def _on_broker_default_configs(self, data: bytes | None, _stat: NodeStat | None) -> None:
+        overrides: Mapping[str, str] = {}
+        if data is not None:
+            try:
+                path = layout.BROKER_DEFAULT_CONFIG_PATH
+                overrides = TopicConfigOverrides.decode_at(path, data).config
+            except MalformedZnodeError:
+                log.exception("ignoring the dynamic broker configs")
+        self.cache.apply_broker_default_configs(overrides)
 
     def _on_controller(self, data: bytes | None, _stat: NodeStat | None) -> None:
         controller_id = None
@@ -429,6 +475,7 @@ class MetadataWatcher:
                 log.exception("ignoring topic %r", name)
                 return
             parts.assignment_zxid = stat.created_zxid
+            parts.assignment_version = stat.version
             for partition in set(parts.assignment.partitions) - parts.watched_partitions:
                 parts.watched_partitions.add(partition)
                 self._spawn(self._watch_partition(parts, partition))

@@ -331,7 +331,11 @@ class Broker:
         isr = frozenset(state.isr)
         if state.leader == self.config.broker_id:
             same_term = partition.is_leader and partition.leader_epoch == state.leader_epoch
-            if same_term and state.state_version <= partition.state_version:
+            if (
+                same_term
+                and state.state_version <= partition.state_version
+                and state.replicas == partition.replicas
+            ):
                 return  # our own ISR write coming back, or an older state arriving late
             if not same_term and state.state_modified_zxid < self._broker_epoch:
                 # Written before this incarnation registered: the leadership was our previous

@@ -34,6 +34,11 @@ from riverbed.hot.handlers.offset_commit import handle_offset_commit
 from riverbed.hot.handlers.offset_fetch import handle_offset_fetch
 from riverbed.hot.handlers.offset_for_leader_epoch import handle_offset_for_leader_epoch
 from riverbed.hot.handlers.produce import handle_produce
+from riverbed.hot.handlers.reassignments import (
+    handle_alter_partition_reassignments,
+    handle_elect_leaders,
+    handle_list_partition_reassignments,
+)
 from riverbed.hot.server import Deferred, Response
 from riverbed.protocol import messages as m
 from riverbed.protocol.connection import RequestHeader, encode_response
@@ -121,6 +126,12 @@ class Dispatcher:
                 return await handle_list_groups(ctx, body)
             case m.DeleteGroupsRequest():
                 return await handle_delete_groups(ctx, body)
+            case m.AlterPartitionReassignmentsRequest():
+                return await handle_alter_partition_reassignments(ctx, body)
+            case m.ListPartitionReassignmentsRequest():
+                return await handle_list_partition_reassignments(ctx, body)
+            case m.ElectLeadersRequest():
+                return await handle_elect_leaders(ctx, body)
         raise TypeError(f"no handler for {type(body).__name__} (api key {header.api_key})")
 
 

@@ -48,6 +48,21 @@ class FollowerTracker:
             for follower_id in follower_ids
         }
 
+    def set_followers(self, follower_ids: Iterable[int]) -> None:
+        """The replica set changed within a leadership term (a reassignment): new followers
+        start unknown and out of sync, as at a leader change; those that stay keep their
+        progress."""
+        wanted = frozenset(follower_ids)
+        for follower_id in set(self._followers) - wanted:
+            del self._followers[follower_id]
+        for follower_id in wanted - set(self._followers):
+            self._followers[follower_id] = FollowerState(
+                log_end_offset=UNKNOWN_OFFSET,
+                last_caught_up_ms=0,
+                last_fetch_ms=0,
+                leader_end_offset_at_last_fetch=UNKNOWN_OFFSET,
+            )
+
     def __contains__(self, follower_id: int) -> bool:
         return follower_id in self._followers
 

@@ -133,9 +133,13 @@ class Partition:
                 f"{self}: leader epoch went back from {self.leader_epoch} to {leader_epoch}"
             )
         new_term = not self.is_leader or leader_epoch != self.leader_epoch
+        if not new_term and replicas != self.replicas and self._followers is not None:
+            # A reassignment's replica set can reach us after its leader epoch did.
+            self._followers.set_followers(r for r in replicas if r != self.broker_id)
         self.replicas = replicas
-        self.isr = isr
-        self.state_version = state_version
+        if new_term or state_version >= self.state_version:  # not an older state arriving late
+            self.isr = isr
+            self.state_version = state_version
         if new_term:
             self.leader_id = self.broker_id
             self.leader_epoch = leader_epoch

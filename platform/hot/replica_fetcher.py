@@ -27,6 +27,7 @@ from riverbed.coordination.metadata_cache import MetadataCache
 from riverbed.hot.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from riverbed.hot.log import OffsetOutOfOrderError
 from riverbed.hot.partitions import NO_LEADER, Partition
+from riverbed.hot.replication_quota import ReplicationQuota
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.records import validate_replicated_records
@@ -73,10 +74,13 @@ class _Followed:
 class LeaderFetcher:
     """Copies the partitions this broker follows from one leader broker."""
 
-    def __init__(self, leader_id: int, broker_id: int, cache: MetadataCache) -> None:
+    def __init__(
+        self, leader_id: int, broker_id: int, cache: MetadataCache, quota: ReplicationQuota
+    ) -> None:
         self.leader_id = leader_id
         self._broker_id = broker_id
         self._cache = cache
+        self._quota = quota
         self._followed: dict[tuple[str, int], _Followed] = {}
         self._changed = asyncio.Event()
         self._connection: BrokerConnection | None = None
@@ -266,12 +270,26 @@ class LeaderFetcher:
     async def _fetch(self, connection: BrokerConnection, fetchable: list[_Followed]) -> None:
         topics: dict[str, m.FetchRequest.FetchTopic] = {}
         sent: dict[tuple[uuid.UUID | str, int], _Followed] = {}
+        throttled: set[int] = set()  # ids of the _Followed whose bytes count against the quota
+        # The throttled replicas share one allowance: each asks for its part of it.
+        throttled_count = sum(
+            self._quota.throttled(f.partition.topic, f.partition.index) for f in fetchable
+        )
+        throttled_max_bytes = self._quota.fetch_max_bytes(REPLICA_FETCH_MAX_BYTES)
+        throttle_delay_s = self._quota.delay_s(throttled_max_bytes) if throttled_count else 0.0
         for followed in fetchable:
             partition = followed.partition
             metadata = self._cache.topic(partition.topic)
             if metadata is None:
                 self._back_off(followed)
                 continue
+            max_bytes = REPLICA_FETCH_MAX_BYTES
+            if self._quota.throttled(partition.topic, partition.index):
+                if throttle_delay_s > 0:
+                    followed.retry_at_s = asyncio.get_running_loop().time() + throttle_delay_s
+                    continue
+                throttled.add(id(followed))
+                max_bytes = max(1, throttled_max_bytes // throttled_count)
             topic = topics.get(partition.topic)
             if topic is None:
                 topic = m.FetchRequest.FetchTopic(topic=partition.topic, topic_id=metadata.topic_id)
@@ -284,7 +302,7 @@ class LeaderFetcher:
                     fetch_offset=partition_log.log_end_offset,
                     last_fetched_epoch=partition_log.leader_epochs.latest_epoch,
                     log_start_offset=partition_log.log_start_offset,
-                    partition_max_bytes=REPLICA_FETCH_MAX_BYTES,
+                    partition_max_bytes=max_bytes,
                 )
             )
             sent[(metadata.topic_id, partition.index)] = followed
@@ -312,6 +330,11 @@ class LeaderFetcher:
                 target = sent.get((topic_response.topic_id, data.partition_index)) or sent.get(
                     (topic_response.topic, data.partition_index)
                 )
+                if target is not None and id(target) in throttled:
+                    records = data.records
+                    self._quota.record(
+                        len(records) if isinstance(records, bytes | memoryview) else 0
+                    )
                 if target is not None and self._current(target):
                     self._apply(target, data)
 
@@ -372,6 +395,7 @@ class ReplicaFetcherManager:
     def __init__(self, broker_id: int, cache: MetadataCache) -> None:
         self._broker_id = broker_id
         self._cache = cache
+        self._quota = ReplicationQuota(broker_id, cache)
         self._fetchers: dict[int, LeaderFetcher] = {}
         self._by_partition: dict[tuple[str, int], LeaderFetcher] = {}
         self._retired: set[asyncio.Task[None]] = set()
@@ -392,7 +416,7 @@ class ReplicaFetcherManager:
         fetcher = self._fetchers.get(leader_id)
         if fetcher is None:
             fetcher = self._fetchers[leader_id] = LeaderFetcher(
-                leader_id, self._broker_id, self._cache
+                leader_id, self._broker_id, self._cache, self._quota
             )
         fetcher.add(partition)
         self._by_partition[key] = fetcher

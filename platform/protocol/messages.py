@@ -1149,6 +1149,48 @@ class DeleteGroupsResponse:
 
 
 @dataclass(slots=True)
+class ElectLeadersRequest:
+    """ElectLeaders request (API key 43), versions 0-2."""
+
+    API_KEY: ClassVar[int] = 43
+
+    @dataclass(slots=True)
+    class TopicPartitions:
+        topic: str = ""
+        partition_id: list[int] = field(default_factory=list)
+
+    # v1+
+    election_type: int = 0
+    topic_partitions: list[ElectLeadersRequest.TopicPartitions] | None = field(default_factory=list)
+    timeout_ms: int = 60000
+
+
+@dataclass(slots=True)
+class ElectLeadersResponse:
+    """ElectLeaders response (API key 43), versions 0-2."""
+
+    API_KEY: ClassVar[int] = 43
+
+    @dataclass(slots=True)
+    class ReplicaElectionResult:
+        topic: str = ""
+        partition_result: list[ElectLeadersResponse.PartitionResult] = field(default_factory=list)
+
+    @dataclass(slots=True)
+    class PartitionResult:
+        partition_id: int = 0
+        error_code: int = 0
+        error_message: str | None = ""
+
+    throttle_time_ms: int = 0
+    # v1+
+    error_code: int = 0
+    replica_election_results: list[ElectLeadersResponse.ReplicaElectionResult] = field(
+        default_factory=list
+    )
+
+
+@dataclass(slots=True)
 class IncrementalAlterConfigsRequest:
     """IncrementalAlterConfigs request (API key 44), versions 0-1."""
 
@@ -1191,6 +1233,100 @@ class IncrementalAlterConfigsResponse:
     )
 
 
+@dataclass(slots=True)
+class AlterPartitionReassignmentsRequest:
+    """AlterPartitionReassignments request (API key 45), versions 0-0."""
+
+    API_KEY: ClassVar[int] = 45
+
+    @dataclass(slots=True)
+    class ReassignableTopic:
+        name: str = ""
+        partitions: list[AlterPartitionReassignmentsRequest.ReassignablePartition] = field(
+            default_factory=list
+        )
+
+    @dataclass(slots=True)
+    class ReassignablePartition:
+        partition_index: int = 0
+        replicas: list[int] | None = field(default_factory=list)
+
+    timeout_ms: int = 60000
+    topics: list[AlterPartitionReassignmentsRequest.ReassignableTopic] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class AlterPartitionReassignmentsResponse:
+    """AlterPartitionReassignments response (API key 45), versions 0-0."""
+
+    API_KEY: ClassVar[int] = 45
+
+    @dataclass(slots=True)
+    class ReassignableTopicResponse:
+        name: str = ""
+        partitions: list[AlterPartitionReassignmentsResponse.ReassignablePartitionResponse] = field(
+            default_factory=list
+        )
+
+    @dataclass(slots=True)
+    class ReassignablePartitionResponse:
+        partition_index: int = 0
+        error_code: int = 0
+        error_message: str | None = ""
+
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    error_message: str | None = ""
+    responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = field(
+        default_factory=list
+    )
+
+
+@dataclass(slots=True)
+class ListPartitionReassignmentsRequest:
+    """ListPartitionReassignments request (API key 46), versions 0-0."""
+
+    API_KEY: ClassVar[int] = 46
+
+    @dataclass(slots=True)
+    class ListPartitionReassignmentsTopics:
+        name: str = ""
+        partition_indexes: list[int] = field(default_factory=list)
+
+    timeout_ms: int = 60000
+    topics: list[ListPartitionReassignmentsRequest.ListPartitionReassignmentsTopics] | None = field(
+        default_factory=list
+    )
+
+
+@dataclass(slots=True)
+class ListPartitionReassignmentsResponse:
+    """ListPartitionReassignments response (API key 46), versions 0-0."""
+
+    API_KEY: ClassVar[int] = 46
+
+    @dataclass(slots=True)
+    class OngoingTopicReassignment:
+        name: str = ""
+        partitions: list[ListPartitionReassignmentsResponse.OngoingPartitionReassignment] = field(
+            default_factory=list
+        )
+
+    @dataclass(slots=True)
+    class OngoingPartitionReassignment:
+        partition_index: int = 0
+        replicas: list[int] = field(default_factory=list)
+        adding_replicas: list[int] = field(default_factory=list)
+        removing_replicas: list[int] = field(default_factory=list)
+
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    error_message: str | None = ""
+    topics: list[ListPartitionReassignmentsResponse.OngoingTopicReassignment] = field(
+        default_factory=list
+    )
+
+
 RequestBody = (
     ProduceRequest
     | FetchRequest
@@ -1214,7 +1350,10 @@ RequestBody = (
     | DescribeConfigsRequest
     | AlterConfigsRequest
     | DeleteGroupsRequest
+    | ElectLeadersRequest
     | IncrementalAlterConfigsRequest
+    | AlterPartitionReassignmentsRequest
+    | ListPartitionReassignmentsRequest
 )
 ResponseBody = (
     ProduceResponse
@@ -1239,7 +1378,10 @@ ResponseBody = (
     | DescribeConfigsResponse
     | AlterConfigsResponse
     | DeleteGroupsResponse
+    | ElectLeadersResponse
     | IncrementalAlterConfigsResponse
+    | AlterPartitionReassignmentsResponse
+    | ListPartitionReassignmentsResponse
 )
 
 REQUEST_CLASSES: dict[int, type[RequestBody]] = {
@@ -1265,7 +1407,10 @@ REQUEST_CLASSES: dict[int, type[RequestBody]] = {
     32: DescribeConfigsRequest,
     33: AlterConfigsRequest,
     42: DeleteGroupsRequest,
+    43: ElectLeadersRequest,
     44: IncrementalAlterConfigsRequest,
+    45: AlterPartitionReassignmentsRequest,
+    46: ListPartitionReassignmentsRequest,
 }
 
 RESPONSE_CLASSES: dict[int, type[ResponseBody]] = {
@@ -1291,5 +1436,8 @@ RESPONSE_CLASSES: dict[int, type[ResponseBody]] = {
     32: DescribeConfigsResponse,
     33: AlterConfigsResponse,
     42: DeleteGroupsResponse,
+    43: ElectLeadersResponse,
     44: IncrementalAlterConfigsResponse,
+    45: AlterPartitionReassignmentsResponse,
+    46: ListPartitionReassignmentsResponse,
 }

@@ -23,6 +23,8 @@ def test_round_trips() -> None:
     )
     assignment = TopicAssignment(uuid.uuid4(), {0: (1, 2), 1: (2, 1)})
     assert TopicAssignment.decode("t", assignment.encode()) == assignment
+    moving = TopicAssignment(uuid.uuid4(), {0: (3, 2, 1)}, adding={0: (3,)}, removing={0: (1,)})
+    assert TopicAssignment.decode("t", moving.encode()) == moving
     state = PartitionState(leader=2, leader_epoch=5, isr=(2, 1), controller_epoch=3)
     assert PartitionState.decode("/p", state.encode()) == state
     overrides = TopicConfigOverrides({"retention.ms": "5"})
@@ -80,3 +82,15 @@ def test_assignment_spreads_leaders_and_replicas() -> None:
         assert followers == {1: 2, 2: 2, 3: 2}
     with pytest.raises(ValueError, match="replication factor 4"):
         assign_replicas([1, 2, 3], 1, 4)
+
+
+def test_an_assignment_cannot_move_replicas_it_does_not_have() -> None:
+    bad = (
+        b'{"version":3,"topic_id":"' + layout.encode_uuid(uuid.uuid4()).encode() + b'",'
+        b'"partitions":{"0":[1,2]},"adding_replicas":{"0":[3]},"removing_replicas":{}}'
+    )
+    with pytest.raises(layout.MalformedZnodeError, match="moves replicas it does not have"):
+        TopicAssignment.decode("t", bad)
+    # Kafka's version 1 assignments have no adding/removing fields.
+    old = b'{"version":1,"topic_id":"' + layout.encode_uuid(uuid.uuid4()).encode() + b'",'
+    assert TopicAssignment.decode("t", old + b'"partitions":{"0":[1]}}').adding == {}

@@ -162,7 +162,10 @@ def test_supported_api_versions() -> None:
         32: (1, 4),
         33: (0, 2),
         42: (0, 2),
+        43: (0, 2),
         44: (0, 1),
+        45: (0, 0),
+        46: (0, 0),
     }
 
 
@@ -192,6 +195,9 @@ def test_flexible_versions() -> None:
         "DescribeGroups": 5,
         "ListGroups": 3,
         "DeleteGroups": 2,
+        "ElectLeaders": 2,
+        "AlterPartitionReassignments": 0,
+        "ListPartitionReassignments": 0,
     }
 
 
@@ -235,7 +241,16 @@ KAFKA_PYTHON_CLASSES: dict[int, tuple[Any, Any]] = {
     32: (kp_configs.DescribeConfigsRequest, kp_configs.DescribeConfigsResponse),
     33: (kp_configs.AlterConfigsRequest, kp_configs.AlterConfigsResponse),
     42: (kp_admin_groups.DeleteGroupsRequest, kp_admin_groups.DeleteGroupsResponse),
+    43: (kp_topics.ElectLeadersRequest, kp_topics.ElectLeadersResponse),
     44: (kp_configs.IncrementalAlterConfigsRequest, kp_configs.IncrementalAlterConfigsResponse),
+    45: (
+        kp_topics.AlterPartitionReassignmentsRequest,
+        kp_topics.AlterPartitionReassignmentsResponse,
+    ),
+    46: (
+        kp_topics.ListPartitionReassignmentsRequest,
+        kp_topics.ListPartitionReassignmentsResponse,
+    ),
 }
 # Broker-to-controller APIs kafka-python does not implement: checked by round trips and by the
 # brokers' own use of them in the cluster tests.

@@ -6,8 +6,11 @@ one write of the topic's config znode, which every broker watches and applies li
 waits, boundedly, until this broker's own metadata cache shows the new overrides, so a
 DescribeConfigs sent next on the same connection reads the change back.
 
-Broker configs are static in Riverbed (read from the config file and flags at start), so a BROKER
-resource is refused with INVALID_REQUEST, as Kafka refuses a config it cannot update dynamically.
+Broker configs are static in Riverbed (read from the config file and flags at start), except the
+replication throttle rates (`configs.DYNAMIC_BROKER_CONFIGS`), which are set cluster-wide on
+Kafka's default broker entity (a BROKER resource with an empty name) and watched by every broker.
+Anything else on a BROKER resource, or a broker id as its name, is refused with INVALID_REQUEST,
+as Kafka refuses a config it cannot update dynamically.
 
 The incremental form is a read-modify-write of the overrides, made conditional on the config
 znode's version by ClusterMetadataStore.update_topic_config: concurrent changes, on one broker or
@@ -22,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Final, TypeVar
 
 from riverbed.configs import (
+    DYNAMIC_BROKER_CONFIGS,
     TOPIC_CONFIGS,
     BrokerConfig,
     ConfigDef,
@@ -94,36 +98,54 @@ async def _alter(
     ctx: BrokerContext,
     resource_type: int,
     name: str,
-    change: Callable[[Mapping[str, str]], Overrides],
+    change: Callable[[Mapping[str, ConfigDef], Mapping[str, str]], Overrides],
     validate_only: bool,
 ) -> tuple[int, str | None]:
     """Apply `change` to one resource; the (error code, message) of its result."""
     try:
-        _check_topic_resource(resource_type, name)
-        await _alter_topic(ctx, name, change, validate_only=validate_only)
+        if resource_type == RESOURCE_BROKER:
+            await _alter_broker_defaults(ctx, name, change, validate_only=validate_only)
+        elif resource_type == RESOURCE_TOPIC:
+            await _alter_topic(ctx, name, change, validate_only=validate_only)
+        else:
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST,
+                f"unsupported resource type {resource_type}: only topic configs and dynamic "
+                "broker configs can be altered",
+            )
     except KafkaError as error:
         return error.code, str(error)
     return ErrorCode.NONE, None
 
 
-def _check_topic_resource(resource_type: int, name: str) -> None:
-    if resource_type == RESOURCE_BROKER:
+async def _alter_broker_defaults(
+    ctx: BrokerContext,
+    name: str,
+    change: Callable[[Mapping[str, ConfigDef], Mapping[str, str]], Overrides],
+    *,
+    validate_only: bool,
+) -> None:
+    if name != "":
         raise KafkaError(
             ErrorCode.INVALID_REQUEST,
-            f"broker configs are static in Riverbed (broker {name!r}): set them in the broker's "
-            "config file or flags and restart it",
+            f"broker configs are static in Riverbed (broker {name!r}), except "
+            f"{', '.join(DYNAMIC_BROKER_CONFIGS)}, which are set cluster-wide: use the default "
+            "broker entity (an empty resource name)",
         )
-    if resource_type != RESOURCE_TOPIC:
-        raise KafkaError(
-            ErrorCode.INVALID_REQUEST,
-            f"unsupported resource type {resource_type}: only topic configs can be altered",
+    overrides = await ctx.store.update_broker_default_config(
+        functools.partial(change, DYNAMIC_BROKER_CONFIGS), validate_only=validate_only
+    )
+    if not validate_only:
+        await ctx.wait_until(
+            lambda: dict(ctx.cache.broker_default_configs) == overrides,
+            CONFIG_APPLIED_WAIT_MS_MAX / 1000,
         )
 
 
 async def _alter_topic(
     ctx: BrokerContext,
     name: str,
-    change: Callable[[Mapping[str, str]], Overrides],
+    change: Callable[[Mapping[str, ConfigDef], Mapping[str, str]], Overrides],
     *,
     validate_only: bool,
 ) -> None:
@@ -131,7 +153,9 @@ async def _alter_topic(
     if metadata is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
     # A conditional read-modify-write in ZooKeeper; ConfigError is INVALID_CONFIG.
-    overrides = await ctx.store.update_topic_config(name, change, validate_only=validate_only)
+    overrides = await ctx.store.update_topic_config(
+        name, functools.partial(change, TOPIC_CONFIGS), validate_only=validate_only
+    )
     if validate_only:
         return
 
@@ -142,26 +166,31 @@ async def _alter_topic(
     await ctx.wait_until(applied, CONFIG_APPLIED_WAIT_MS_MAX / 1000)
 
 
-def _replace(configs: list[tuple[str, str | None]], _current: Mapping[str, str]) -> Overrides:
+def _replace(
+    configs: list[tuple[str, str | None]],
+    _defs: Mapping[str, ConfigDef],
+    _current: Mapping[str, str],
+) -> Overrides:
     return dict(_unique(configs))
 
 
 def _apply_operations(
     broker: BrokerConfig,
     operations: list[m.IncrementalAlterConfigsRequest.AlterableConfig],
+    defs: Mapping[str, ConfigDef],
     current: Mapping[str, str],
 ) -> Overrides:
     overrides: Overrides = dict(current)
     for key, (operation, value) in _unique(
         (op.name, (op.config_operation, op.value)) for op in operations
     ):
-        definition = _definition(key)
+        definition = _definition(defs, key)
         if operation == ConfigOperation.SET:
             overrides[key] = value
         elif operation == ConfigOperation.DELETE:
             overrides.pop(key, None)
         elif operation in (ConfigOperation.APPEND, ConfigOperation.SUBTRACT):
-            items = _list_items(definition, operation, value)
+            items = _list_items(defs, definition, operation, value)
             effective = effective_topic_config(broker, current)[key].value or ""
             present = [item for item in effective.split(",") if item]
             if operation == ConfigOperation.APPEND:
@@ -176,19 +205,20 @@ def _apply_operations(
     return overrides
 
 
-def _definition(key: str) -> ConfigDef:
-    definition = TOPIC_CONFIGS.get(key)
+def _definition(defs: Mapping[str, ConfigDef], key: str) -> ConfigDef:
+    definition = defs.get(key)
     if definition is None:
-        raise ConfigError(
-            key, f"unknown topic config {key!r}; known topic configs: {', '.join(TOPIC_CONFIGS)}"
-        )
+        kind = "topic" if defs is TOPIC_CONFIGS else "dynamic broker"
+        raise ConfigError(key, f"unknown {kind} config {key!r}; known: {', '.join(defs)}")
     return definition
 
 
-def _list_items(definition: ConfigDef, operation: int, value: str | None) -> list[str]:
+def _list_items(
+    defs: Mapping[str, ConfigDef], definition: ConfigDef, operation: int, value: str | None
+) -> list[str]:
     name = ConfigOperation(operation).name
     if definition.type is not ConfigType.LIST:
-        list_configs = ", ".join(k for k, d in TOPIC_CONFIGS.items() if d.type is ConfigType.LIST)
+        list_configs = ", ".join(k for k, d in defs.items() if d.type is ConfigType.LIST)
         raise ConfigError(
             definition.name,
             f"{name} applies only to list configs ({list_configs}), not {definition.name!r}",

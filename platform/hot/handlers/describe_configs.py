@@ -1,4 +1,5 @@
-"""DescribeConfigs: effective topic configs (with their source) and read-only broker configs."""
+"""DescribeConfigs: effective topic configs (with their source), read-only broker configs and the
+cluster-wide dynamic broker configs."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def _resource_configs(
             result.error_code = ErrorCode.INVALID_REQUEST
             result.error_message = f"broker {name} is not this broker ({ctx.broker_id})"
             return None
-        return effective_broker_config(ctx.config)
+        return effective_broker_config(ctx.config, ctx.cache.broker_default_configs)
     result.error_code = ErrorCode.INVALID_REQUEST
     result.error_message = f"unsupported resource type {resource_type}"
     return None
