@@ -17,7 +17,7 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
-from riverbed import cli_groups, cli_partitions
+from riverbed import cli_groups, cli_partitions, log_events
 from riverbed.client.admin import Admin, ConfigSource
 from riverbed.client.consumer import Consumer
 from riverbed.client.producer import Producer
@@ -71,7 +71,11 @@ USER_ERRORS = (
 def main(argv: Sequence[str] | None = None) -> None:
     parser = _parser()
     args = parser.parse_args(argv)
-    _configure_logging(args.log_level)
+    if args.log_format not in log_events.LOG_FORMATS:  # from RIVERBED_LOG_FORMAT
+        parser.error(f"--log-format must be one of {', '.join(log_events.LOG_FORMATS)}")
+    log_events.configure(args.log_level, args.log_format)
+    # `cluster up`'s brokers are children: they log in the same format.
+    os.environ["RIVERBED_LOG_FORMAT"] = args.log_format
     try:
         command: Callable[[argparse.Namespace], int] = args.command
         sys.exit(command(args))
@@ -91,6 +95,12 @@ def _describe(error: BaseException) -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="riverbed", description=__doc__)
     parser.add_argument("--log-level", default=os.environ.get("RIVERBED_LOG_LEVEL", "INFO"))
+    parser.add_argument(
+        "--log-format",
+        choices=log_events.LOG_FORMATS,
+        default=os.environ.get("RIVERBED_LOG_FORMAT", "text"),
+        help="one line per event: key=value text or JSON (docs/logging.md)",
+    )
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
     broker = commands.add_parser(
@@ -100,8 +110,8 @@ def _parser() -> argparse.ArgumentParser:
         "RIVERBED_* environment variables, --set, the dedicated flags (--id, --listen, ...).",
         epilog="Environment: RIVERBED_<NAME> sets the broker setting NAME lower-cased, with ___ "
         "-> '-', __ -> '_', _ -> '.' (RIVERBED_LOG_RETENTION_MS=3600000 sets log.retention.ms); "
-        "a RIVERBED_* variable that names no broker setting is an error. RIVERBED_LOG_LEVEL is "
-        "--log-level's default, not a broker setting.",
+        "a RIVERBED_* variable that names no broker setting is an error. RIVERBED_LOG_LEVEL and "
+        "RIVERBED_LOG_FORMAT are --log-level's and --log-format's defaults, not broker settings.",
     )
     broker.add_argument("--id", type=int, dest="broker_id", help="broker.id")
     broker.add_argument("--listen", metavar="HOST:PORT", help="listener address")
@@ -203,16 +213,6 @@ def _parser() -> argparse.ArgumentParser:
     for replicas in cli_partitions.add_parsers(commands, DEFAULT_BOOTSTRAP):
         replicas.set_defaults(command=_admin_action)
     return parser
-
-
-def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
-        stream=sys.stderr,
-    )
-    # kazoo logs every reconnect attempt at INFO; the broker logs what matters itself.
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
 
 
 def _parse_pairs(pairs: Sequence[str], what: str) -> dict[str, str]:

@@ -23,8 +23,8 @@ from typing import Final
 from riverbed.configs import BROKER_CONFIGS, REMOTE_STORAGE_S3, ConfigError
 
 PREFIX: Final = "RIVERBED_"
-# RIVERBED_* variables with another reader: RIVERBED_LOG_LEVEL is the CLI's logging level.
-NOT_SETTINGS: Final = frozenset({"RIVERBED_LOG_LEVEL"})
+# RIVERBED_* variables with another reader: the CLI's logging level and format.
+NOT_SETTINGS: Final = frozenset({"RIVERBED_LOG_LEVEL", "RIVERBED_LOG_FORMAT"})
 
 _SEPARATORS: Final = {"___": "-", "__": "_", "_": "."}
 # Longest first, so `___` is one dash rather than an underscore and a dot.

@@ -52,6 +52,7 @@ from riverbed.coordination.partition_election import (
     still_led_by,
 )
 from riverbed.coordination.zk import BadVersionError, NoNodeError, ZkError
+from riverbed.log_events import event
 from riverbed.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,9 @@ class Controller:
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        log.info("broker %d is the active controller, epoch %d", self.broker_id, epoch)
+        event(
+            log, logging.INFO, "controller.elected", broker=self.broker_id, controller_epoch=epoch
+        )
 
     def _resign(self) -> None:
         if not self._active:
@@ -188,7 +191,7 @@ class Controller:
             _work, future = self._requests.popleft()
             if not future.done():
                 future.set_exception(self._not_controller())
-        log.info("broker %d is no longer the active controller", self.broker_id)
+        event(log, logging.INFO, "controller.resigned", broker=self.broker_id)
 
     def _check_active(self) -> None:
         if not self._active:
@@ -301,7 +304,13 @@ class Controller:
         self._shutting_down.add(broker_id)
         brokers = self._broker_view()
         snapshots = [s for s in self._snapshots() if broker_id in s.replicas]
-        log.info("controlled shutdown of broker %d (%d replicas)", broker_id, len(snapshots))
+        event(
+            log,
+            logging.INFO,
+            "broker.controlled_shutdown",
+            broker=broker_id,
+            replicas=len(snapshots),
+        )
 
         def decide(snapshot: _Snapshot) -> LeaderAndIsr | None:
             return controlled_shutdown(snapshot.replicas, snapshot.current, broker_id, brokers)
@@ -437,18 +446,19 @@ class Controller:
                 sets[index] = moved
                 new_state = next_state(state.leader_epoch, change, self._epoch)
                 updates.append(PartitionStateUpdate(name, index, new_state, state.state_version))
-                log.info(
-                    "%s-%d: replicas %s -> %s (adding %s, removing %s), leader %d, ISR %s, "
-                    "leader epoch %d",
-                    name,
-                    index,
-                    list(state.replicas),
-                    list(moved.replicas),
-                    list(moved.adding),
-                    list(moved.removing),
-                    change.leader,
-                    list(change.isr),
-                    new_state.leader_epoch,
+                event(
+                    log,
+                    logging.INFO,
+                    "partition.replicas_changed",
+                    topic=name,
+                    partition=index,
+                    replicas=list(moved.replicas),
+                    previous_replicas=list(state.replicas),
+                    adding=list(moved.adding),
+                    removing=list(moved.removing),
+                    leader=change.leader,
+                    isr=list(change.isr),
+                    leader_epoch=new_state.leader_epoch,
                 )
             if not updates:
                 continue
@@ -560,16 +570,18 @@ class Controller:
                     pending.append((fresh, redone))
                 continue
             for (s, change), update, version in zip(batch, updates, versions, strict=True):
-                log.info(
-                    "%s-%d: leader %d -> %d, ISR %s -> %s, leader epoch %d (controller epoch %d)",
-                    s.topic,
-                    s.partition,
-                    s.current.leader,
-                    change.leader,
-                    list(s.current.isr),
-                    list(change.isr),
-                    update.state.leader_epoch,
-                    self._epoch,
+                event(
+                    log,
+                    logging.INFO,
+                    "partition.leader_changed",
+                    topic=s.topic,
+                    partition=s.partition,
+                    leader=change.leader,
+                    previous_leader=s.current.leader,
+                    isr=list(change.isr),
+                    previous_isr=list(s.current.isr),
+                    leader_epoch=update.state.leader_epoch,
+                    controller_epoch=self._epoch,
                 )
                 now[s.key] = change
                 written[s.key] = version

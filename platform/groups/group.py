@@ -57,6 +57,7 @@ from riverbed.groups.group_values import (
     SyncCall,
     SyncResult,
 )
+from riverbed.log_events import event
 from riverbed.protocol.errors import ErrorCode
 
 # GroupState too, for callers that need nothing else of group_values.
@@ -896,13 +897,15 @@ class Group:
             log.info("group %s: empty at generation %d", self.group_id, self._generation_id)
             self._store(_EmptyGroupWrite(self._generation_id), {})
             return
-        log.info(
-            "group %s: generation %d with %d members, protocol %s, leader %s",
-            self.group_id,
-            self._generation_id,
-            len(self._members),
-            self._protocol_name,
-            self._leader_id,
+        event(
+            log,
+            logging.INFO,
+            "group.rebalanced",
+            group=self.group_id,
+            generation=self._generation_id,
+            members=len(self._members),
+            protocol=self._protocol_name,
+            leader=self._leader_id,
         )
         for member in self._members.values():
             if member.join_ticket is not None:

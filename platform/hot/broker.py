@@ -45,6 +45,7 @@ from riverbed.hot.partitions import Partition, PartitionManager
 from riverbed.hot.replica_fetcher import ReplicaFetcherManager
 from riverbed.hot.retention import apply_retention
 from riverbed.hot.server import KafkaServer, ServerLimits
+from riverbed.log_events import event
 from riverbed.protocol.errors import KafkaError
 
 log = logging.getLogger(__name__)
@@ -197,12 +198,14 @@ class Broker:
             )
             await self._metrics_server.start()
             stack.push_async_callback(self._metrics_server.stop)
-        log.info(
-            "broker %d listening on %s:%d (cluster %s)",
-            config.broker_id,
-            config.host,
-            self.port,
-            cluster_id,
+        event(
+            log,
+            logging.INFO,
+            "broker.started",
+            broker=config.broker_id,
+            host=config.host,
+            port=self.port,
+            cluster_id=cluster_id,
         )
 
     async def stop(self) -> None:
@@ -223,7 +226,7 @@ class Broker:
             # answered NOT_COORDINATOR now rather than cut off after the server's grace period.
             await self._ctx.groups.close()
         await self._exit_stack.aclose()
-        log.info("broker %d stopped", self.config.broker_id)
+        event(log, logging.INFO, "broker.stopped", broker=self.config.broker_id)
 
     async def _close_logs(self) -> None:
         if self._ctx is not None:
@@ -266,9 +269,7 @@ class Broker:
     async def _reregister(self) -> None:
         try:
             await self._register()
-            log.info(
-                "broker %d registered again after a new ZooKeeper session", self.config.broker_id
-            )
+            event(log, logging.WARNING, "broker.reregistered", broker=self.config.broker_id)
         except Exception:
             log.exception("broker %d could not register again", self.config.broker_id)
 
@@ -343,32 +344,51 @@ class Broker:
                 # new epoch; until then nobody leads here.
                 if partition.become_follower(NO_LEADER, state.leader_epoch, state.replicas, isr):
                     self._fetchers.unfollow(partition)
-                    log.info(
-                        "%s: not taking the leadership of epoch %d from before this broker "
-                        "registered; waiting for the controller",
-                        partition,
-                        state.leader_epoch,
+                    event(
+                        log,
+                        logging.INFO,
+                        "partition.leadership_refused",
+                        topic=partition.topic,
+                        partition=partition.index,
+                        leader_epoch=state.leader_epoch,
+                        reason="decided before this broker registered; waiting for the controller",
                     )
                 return
             self._fetchers.unfollow(partition)
             if partition.become_leader(
                 state.leader_epoch, state.replicas, isr, state.state_version, monotonic_ms()
             ):
-                log.info(
-                    "leading %s at epoch %d (ISR %s)", partition, state.leader_epoch, state.isr
+                event(
+                    log,
+                    logging.INFO,
+                    "partition.leading",
+                    topic=partition.topic,
+                    partition=partition.index,
+                    leader_epoch=state.leader_epoch,
+                    isr=list(state.isr),
                 )
             return
         if partition.become_follower(state.leader, state.leader_epoch, state.replicas, isr):
             if state.leader == NO_LEADER:
                 self._fetchers.unfollow(partition)
-                log.info("%s has no leader at epoch %d", partition, state.leader_epoch)
+                event(
+                    log,
+                    logging.WARNING,
+                    "partition.leaderless",
+                    topic=partition.topic,
+                    partition=partition.index,
+                    leader_epoch=state.leader_epoch,
+                )
             else:
                 self._fetchers.follow(partition)
-                log.info(
-                    "following %s from broker %d at epoch %d",
-                    partition,
-                    state.leader,
-                    state.leader_epoch,
+                event(
+                    log,
+                    logging.INFO,
+                    "partition.following",
+                    topic=partition.topic,
+                    partition=partition.index,
+                    leader=state.leader,
+                    leader_epoch=state.leader_epoch,
                 )
 
     async def _checkpoint_loop(self) -> None:

@@ -52,6 +52,7 @@ from riverbed.hot.index import RELATIVE_OFFSET_MAX
 from riverbed.hot.log import PartitionLog, SegmentStats
 from riverbed.hot.partitions import Partition
 from riverbed.hot.segment import LogSegment
+from riverbed.log_events import event
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.records import (
     RECORD_BATCH_OVERHEAD,
@@ -478,14 +479,16 @@ class LogCleaner:
         except KafkaError as error:  # the log was closed or deleted meanwhile
             log.info("%s: cleaning abandoned: %s", partition_log, error)
             return None
-        log.info(
-            "%s: cleaned %d -> %d bytes (%d of %d records kept, %d keys) in %.1f s",
-            partition_log,
-            result.bytes_read,
-            result.bytes_written,
-            result.records_kept,
-            result.records_read,
-            result.map_keys,
-            time.monotonic() - started,
+        event(
+            log,
+            logging.INFO,
+            "log.compacted",
+            log=str(partition_log),
+            bytes_read=result.bytes_read,
+            bytes_written=result.bytes_written,
+            records_read=result.records_read,
+            records_kept=result.records_kept,
+            keys=result.map_keys,
+            seconds=round(time.monotonic() - started, 3),
         )
         return result

@@ -22,6 +22,7 @@ from riverbed.coordination.zk import BadVersionError, ZkError
 from riverbed.hot.followers import monotonic_ms
 from riverbed.hot.metrics import BrokerMetrics
 from riverbed.hot.partitions import Partition, PartitionManager
+from riverbed.log_events import event
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +117,15 @@ class IsrManager:
                     except BadVersionError:
                         continue
                     if partition.is_leader and partition.leader_epoch == epoch:
-                        log.info(
-                            "%s: ISR %s -> %s", partition, list(state.isr), list(new_state.isr)
+                        event(
+                            log,
+                            logging.INFO,
+                            "partition.isr_changed",
+                            topic=partition.topic,
+                            partition=partition.index,
+                            isr=list(new_state.isr),
+                            previous_isr=list(state.isr),
+                            leader_epoch=epoch,
                         )
                         self._count_change(frozenset(state.isr), frozenset(new_state.isr))
                         partition.isr_written(frozenset(new_state.isr), new_version)

@@ -45,6 +45,7 @@ from riverbed.hot.segment import (
     RollbackFailedError,
     TornSegmentError,
 )
+from riverbed.log_events import event
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.records import BatchHeader, Record, assign_offsets, decode_batch
 from riverbed.protocol.regions import FileRegion
@@ -703,12 +704,17 @@ class PartitionLog:
         for segment in doomed:
             segment.delete()
         fsync_dir(self._directory)
-        log.info(
-            "%s: deleted %d segments (%s), local log start %d",
-            self,
-            len(doomed),
-            reason,
-            self.log_start_offset,
+        topic, _, index = self._directory.name.rpartition("-")
+        event(
+            log,
+            logging.INFO,
+            "log.segments_deleted",
+            topic=topic,
+            partition=int(index),
+            reason=reason,
+            segments=len(doomed),
+            bytes=freed,
+            log_start_offset=self.log_start_offset,
         )
         return freed
 
@@ -803,7 +809,15 @@ class PartitionLog:
             self._recovery_point = min(self._recovery_point, end_offset)
         if self._active.size == 0:
             self._active.roll_base_ms = None
-        log.info("%s: truncated to offset %d", self, end_offset)
+        topic, _, index = self._directory.name.rpartition("-")
+        event(
+            log,
+            logging.INFO,
+            "log.truncated",
+            topic=topic,
+            partition=int(index),
+            log_end_offset=end_offset,
+        )
 
     def restart_at(self, offset: int) -> None:
         """Drop every segment and start empty at `offset`, even above the log end: a follower

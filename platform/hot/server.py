@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from riverbed.log_events import event as log_event
 from riverbed.protocol.connection import (
     NEED_DATA,
     CloseConnection,
@@ -180,7 +181,13 @@ class KafkaServer:
                     )
                     await writer.drain()
                 elif isinstance(event, CloseConnection):
-                    log.warning("closing connection from %s: %s", peer, event.reason)
+                    log_event(
+                        log,
+                        logging.WARNING,
+                        "client.connection_closed",
+                        client=str(peer),
+                        reason=event.reason,
+                    )
                     break
                 else:  # pragma: no cover - the protocol object returns only the events above
                     raise TypeError(f"unexpected protocol event {event!r}")

@@ -39,6 +39,7 @@ from riverbed.configs import TopicConfig
 from riverbed.hot.log import PartitionLog, SealedBatches
 from riverbed.hot.partitions import Partition, PartitionManager
 from riverbed.hot.retention import UNLIMITED, log_start_after_retention
+from riverbed.log_events import event
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.tiering.manifest import (
     Manifest,
@@ -199,13 +200,16 @@ class Offloader:
         self._update_backlog(partition, state.uploaded_end)
         backoff_ms = min(RETRY_BACKOFF_MS * 2 ** (state.failures - 1), RETRY_BACKOFF_MAX_MS)
         state.retry_at_s = time.monotonic() + backoff_ms / 1000
-        log.warning(
-            "%s: tiering failed (%d in a row, retry in %d ms; local backlog %d bytes): %s",
-            partition,
-            state.failures,
-            backoff_ms,
-            self.status.backlog_bytes.get((partition.topic, partition.index), 0),
-            error,
+        event(
+            log,
+            logging.WARNING,
+            "tiering.upload_failed",
+            topic=partition.topic,
+            partition=partition.index,
+            failures_in_a_row=state.failures,
+            retry_in_ms=backoff_ms,
+            backlog_bytes=self.status.backlog_bytes.get((partition.topic, partition.index), 0),
+            error=str(error),
         )
 
     async def _tier(
@@ -399,14 +403,17 @@ class Offloader:
         if following is not None:
             following.started = True
         self.status.uploaded_segments += 1
-        log.info(
-            "%s: tiered offsets %d..%d (%d records, %d bytes) as %s",
-            partition,
-            segment.base_offset,
-            segment.last_offset,
-            segment.records,
-            segment.size_bytes,
-            segment.key,
+        event(
+            log,
+            logging.INFO,
+            "tiering.segment_uploaded",
+            topic=partition.topic,
+            partition=partition.index,
+            base_offset=segment.base_offset,
+            last_offset=segment.last_offset,
+            records=segment.records,
+            bytes=segment.size_bytes,
+            key=segment.key,
         )
         return manifest
 
@@ -460,8 +467,15 @@ class Offloader:
             await self._store.delete(key)
         manifest = await state.metadata.commit(state.leader_epoch, lambda m: m.without(keys))
         partition.log.delete_segments_below(start)
-        log.info(
-            "%s: retention deleted %d remote segments, log start %d", partition, len(keys), start
+        event(
+            log,
+            logging.INFO,
+            "tiering.remote_segments_deleted",
+            topic=partition.topic,
+            partition=partition.index,
+            reason="retention",
+            segments=len(keys),
+            log_start_offset=start,
         )
         return manifest
 

@@ -220,7 +220,7 @@ async def test_cluster_up_restarts_a_broker_that_died(tmp_path: Path) -> None:
 
         reported = cluster.wait_for_error_line("broker 2", CLI_TIMEOUT_S)
         assert reported.endswith(
-            f"broker 2 was killed by SIGKILL; restarting it (log: {data_dir}/broker-2.log)"
+            f'msg="broker 2 was killed by SIGKILL; restarting it (log: {data_dir}/broker-2.log)"'
         )
         # The new process registers as broker 2 once its old session expired.
         await wait_for(

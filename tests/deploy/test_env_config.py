@@ -59,7 +59,7 @@ def test_settings_come_from_riverbed_variables_only() -> None:
         "default.replication.factor": "3",
         "remote.storage.s3.endpoint": "http://minio:9000",
     }
-    assert frozenset({"RIVERBED_LOG_LEVEL"}) == NOT_SETTINGS
+    assert frozenset({"RIVERBED_LOG_LEVEL", "RIVERBED_LOG_FORMAT"}) == NOT_SETTINGS
 
 
 @pytest.mark.parametrize(

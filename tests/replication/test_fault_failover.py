@@ -178,8 +178,9 @@ async def test_controller_killed_another_takes_over_and_still_elects_leaders(
         f"partition {victim.partition} led by another broker than {victim.leader}",
     )
     assert await wait_for_controller(cluster) == second
-    decision = f"{topic}-{victim.partition}: leader {victim.leader} -> "
-    assert decision in broker_output(cluster, second)
+    decision = f"event=partition.leader_changed topic={topic} partition={victim.partition} leader="
+    decided = [line for line in broker_output(cluster, second).splitlines() if decision in line]
+    assert any(f" previous_leader={victim.leader} " in line for line in decided), decided
     async with Producer(bootstrap_servers=cluster.bootstrap) as producer:
         for partition in range(CONTROLLER_TEST_PARTITIONS):
             await (await producer.send(topic, encode(partition), partition=partition))
@@ -250,7 +251,9 @@ async def test_a_broker_restarted_at_once_never_leads_at_its_old_epoch(
     )
     output = broker_output(cluster, victim)
     for partition, epoch in led.items():
-        assert f"leading {topic}-{partition} at epoch {epoch} " not in output
+        leading = f"event=partition.leading topic={topic} partition={partition} "
+        assert f"{leading}leader_epoch={epoch} " not in output
+        assert "event=broker.started " in output  # the format the check above relies on
     async with Producer(bootstrap_servers=cluster.bootstrap) as producer:
         for state in after:
             await (await producer.send(topic, encode(state.partition), partition=state.partition))

@@ -154,7 +154,7 @@ async def test_leader_with_an_expired_session_is_fenced_and_rejoins_as_follower(
         # It registered again under a new session and follows the new leader into the ISR.
         await cluster.wait_registered()
         output = broker_output(cluster, old_leader)
-        assert f"broker {old_leader} registered again after a new ZooKeeper session" in output
+        assert f"event=broker.reregistered broker={old_leader}" in output
         rejoined = await wait_in_isr(cluster, topic, old_leader)
         rejoined_s = time.monotonic() - resumed_at
         assert rejoined.leader == after.leader

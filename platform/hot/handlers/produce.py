@@ -13,6 +13,7 @@ below the minimum meanwhile. acks=1 answers after the leader's own append.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, Final
@@ -20,6 +21,7 @@ from typing import Any, Final
 from riverbed.hot.handlers.context import BrokerContext
 from riverbed.hot.log import AppendResult
 from riverbed.hot.partitions import Partition
+from riverbed.log_events import event
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.records import validate_records
@@ -32,6 +34,20 @@ ACKS_LEADER: Final = 1
 ACKS_ALL: Final = -1
 # The longest an acks=all request may wait for its followers, whatever the client asks.
 PRODUCE_TIMEOUT_MS_MAX: Final = 300_000
+# Rejections of what a client sent (logged at WARNING; other errors are routine, at DEBUG).
+REJECTED_INPUT: Final = frozenset(
+    {
+        ErrorCode.CORRUPT_MESSAGE,
+        ErrorCode.INVALID_RECORD,
+        ErrorCode.MESSAGE_TOO_LARGE,
+        ErrorCode.RECORD_LIST_TOO_LARGE,
+        ErrorCode.INVALID_TIMESTAMP,
+        ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        ErrorCode.INVALID_REQUIRED_ACKS,
+    }
+)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -107,6 +123,17 @@ def _produce_partition(
         now_ms = ctx.now_ms()
         result = partition.append_as_leader(records, headers, now_ms)
     except KafkaError as error:
+        # Bad input is worth a line; what clients retry (a moved leader, ...) would flood.
+        level = logging.WARNING if error.code in REJECTED_INPUT else logging.DEBUG
+        event(
+            log,
+            level,
+            "client.produce_rejected",
+            topic=topic,
+            partition=index,
+            error=error.code.name,
+            message=error.message,
+        )
         return _error_response(index, error), None
     if isinstance(result, AppendResult):  # not a retried duplicate, which appended nothing
         traffic = ctx.metrics.traffic_in(topic)
