@@ -17,8 +17,8 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
-from riverbed import cli_groups, cli_partitions, log_events
-from riverbed.client.admin import Admin, ConfigSource
+from riverbed import cli_describe, cli_groups, cli_partitions, log_events
+from riverbed.client.admin import Admin
 from riverbed.client.consumer import Consumer
 from riverbed.client.producer import Producer
 from riverbed.client.types import Record, TopicPartition
@@ -156,6 +156,14 @@ def _parser() -> argparse.ArgumentParser:
         help="create this topic (tiered: remote.storage.enable=true) unless it exists",
     )
     up.set_defaults(command=_cluster_up)
+    cluster_describe = cluster_commands.add_parser(
+        "describe", help="brokers, controller, under-replicated and offline partitions"
+    )
+    cluster_describe.add_argument("--json", action="store_true", help="machine-readable output")
+    cluster_describe.add_argument(
+        "--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT"
+    )
+    cluster_describe.set_defaults(command=_admin_action, admin_action=cli_describe.describe_cluster)
 
     topics = commands.add_parser("topics", help="create, list, describe and delete topics")
     topic_commands = topics.add_subparsers(required=True, metavar="ACTION")
@@ -167,10 +175,21 @@ def _parser() -> argparse.ArgumentParser:
     create.set_defaults(command=_topics_create)
     listing = topic_commands.add_parser("list", help="list topics")
     listing.set_defaults(command=_topics_list)
-    describe = topic_commands.add_parser("describe", help="partitions and configs of a topic")
+    describe = topic_commands.add_parser(
+        "describe", help="partitions (replicas, offsets, hot and cold bytes) and configs"
+    )
     describe.add_argument("name")
     describe.add_argument("--json", action="store_true", help="machine-readable output")
-    describe.set_defaults(command=_topics_describe)
+    describe.set_defaults(command=_admin_action, admin_action=cli_describe.describe_topic)
+    tier = topic_commands.add_parser(
+        "tier", help="turn tiering on (remote.storage.enable) and show the upload"
+    )
+    tier.add_argument("name")
+    tier.add_argument(
+        "--wait", action="store_true", help="show progress until no sealed segment is left"
+    )
+    tier.add_argument("--timeout-s", type=float, default=cli_describe.TIER_WAIT_DEFAULT_S)
+    tier.set_defaults(command=_admin_action, admin_action=cli_describe.tier_topic)
     alter = topic_commands.add_parser(
         "alter", help="set or remove a topic's config overrides (applied live)"
     )
@@ -183,7 +202,7 @@ def _parser() -> argparse.ArgumentParser:
     delete = topic_commands.add_parser("delete", help="delete a topic")
     delete.add_argument("name")
     delete.set_defaults(command=_topics_delete)
-    for sub in (create, listing, describe, alter, delete):
+    for sub in (create, listing, describe, tier, alter, delete):
         sub.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT")
 
     produce = commands.add_parser("produce", help="produce stdin's lines to a topic")
@@ -353,63 +372,6 @@ def _topics_list(args: argparse.Namespace) -> int:
     return _admin_command(args, action)
 
 
-def _topics_describe(args: argparse.Namespace) -> int:
-    async def action(admin: Admin) -> int:
-        topic = await admin.describe_topic(args.name)
-        if args.json:
-            print(
-                json.dumps(
-                    {
-                        "name": topic.name,
-                        "topic_id": str(topic.topic_id),
-                        "partitions": [
-                            {
-                                "partition": p.partition,
-                                "leader": p.leader,
-                                "leader_epoch": p.leader_epoch,
-                                "replicas": list(p.replicas),
-                                "isr": list(p.isr),
-                            }
-                            for p in topic.partitions
-                        ],
-                        "configs": topic.configs,
-                        "config_sources": {
-                            name: _source_name(source)
-                            for name, source in topic.config_sources.items()
-                        },
-                    },
-                    indent=2,
-                )
-            )
-            return 0
-        print(
-            f"Topic: {topic.name}  TopicId: {topic.topic_id}  Partitions: {len(topic.partitions)}"
-        )
-        for p in topic.partitions:
-            print(
-                f"  partition {p.partition}  leader {p.leader}  epoch {p.leader_epoch}  "
-                f"replicas {','.join(map(str, p.replicas))}  isr {','.join(map(str, p.isr))}"
-            )
-        print("Configs (source):")
-        for name, value in sorted(topic.configs.items()):
-            print(f"  {name}={value}  ({_source_name(topic.config_sources[name])})")
-        return 0
-
-    return _admin_command(args, action)
-
-
-def _source_name(source: ConfigSource) -> str:
-    """Where a value comes from, in the words `topics describe` uses."""
-    return _SOURCE_NAMES.get(source, source.name.lower())
-
-
-_SOURCE_NAMES = {
-    ConfigSource.DYNAMIC_TOPIC_CONFIG: "topic",
-    ConfigSource.STATIC_BROKER_CONFIG: "broker",
-    ConfigSource.DEFAULT_CONFIG: "default",
-}
-
-
 def _topics_alter(args: argparse.Namespace) -> int:
     to_set = _parse_pairs(args.set, "--set")
     if not to_set and not args.delete:
@@ -433,7 +395,8 @@ def _topics_delete(args: argparse.Namespace) -> int:
 
 
 def _admin_action(args: argparse.Namespace) -> int:
-    """The `groups`, `partitions` and `leaders` actions: `args.admin_action(admin, args)`."""
+    """The admin actions of other modules (groups, partitions, leaders, describe, tier):
+    `args.admin_action(admin, args)`."""
     action: cli_groups.GroupAction = args.admin_action
     return _admin_command(args, lambda admin: action(admin, args))
 

@@ -21,7 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import MofNCompleteColumn, TextColumn
+from riverbed.cli_render import progress_bar
 from riverbed.client.admin import Admin, ConfigSource, PartitionErrors
 from riverbed.client.types import TopicPartition
 from riverbed.errors import KafkaError, KafkaTimeoutError
@@ -211,14 +212,8 @@ async def _wait_for_moves(
 ) -> None:
     """Poll the reassignments in progress until none of `moving` is, with a progress bar on
     stderr (none with `quiet`, whose stdout is JSON)."""
-    columns = (
-        TextColumn("reassigning"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("partitions"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, transient=True, disable=quiet) as progress:
+    counts = (MofNCompleteColumn(), TextColumn("partitions"))
+    with progress_bar("reassigning", *counts, quiet=quiet) as progress:
         bar = progress.add_task("reassigning", total=len(moving))
         try:
             async with asyncio.timeout(timeout_s):

@@ -51,10 +51,14 @@ RESOURCE_BROKER: Final = 4
 LATEST_TIMESTAMP: Final = -1
 EARLIEST_TIMESTAMP: Final = -2
 MAX_TIMESTAMP: Final = -3
+EARLIEST_LOCAL_TIMESTAMP: Final = -4  # KIP-405, ListOffsets v8
+LATEST_TIERED_TIMESTAMP: Final = -5  # KIP-1005, ListOffsets v9
 OFFSET_SPECS: Final[Mapping[str, int]] = {
     "earliest": EARLIEST_TIMESTAMP,
     "latest": LATEST_TIMESTAMP,
     "max_timestamp": MAX_TIMESTAMP,
+    "earliest_local": EARLIEST_LOCAL_TIMESTAMP,
+    "latest_tiered": LATEST_TIERED_TIMESTAMP,
 }
 # ListOffsets from a client, not a follower replica.
 CONSUMER_REPLICA_ID: Final = -1
@@ -94,7 +98,7 @@ GROUP_ERROR_REASONS: Final[Mapping[ErrorCode, str]] = {
     "while it is empty)",
 }
 
-OffsetSpec = Literal["earliest", "latest", "max_timestamp"] | int
+OffsetSpec = Literal["earliest", "latest", "max_timestamp", "earliest_local", "latest_tiered"] | int
 
 
 class ConfigSource(enum.IntEnum):
@@ -226,6 +230,50 @@ class OffsetAndMetadata:
     def __post_init__(self) -> None:
         if isinstance(self.offset, bool) or not isinstance(self.offset, int) or self.offset < 0:
             raise ValueError(f"a committed offset must be an int >= 0, got {self.offset!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerDescription:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    """The cluster as Metadata shows it: its brokers, controller and every partition."""
+
+    cluster_id: str | None
+    controller_id: int
+    brokers: tuple[BrokerDescription, ...]
+    partitions: dict[TopicPartition, PartitionDescription]
+
+    def under_replicated(self) -> list[TopicPartition]:
+        return sorted(tp for tp, p in self.partitions.items() if len(p.isr) < len(p.replicas))
+
+    def offline(self) -> list[TopicPartition]:
+        return sorted(tp for tp, p in self.partitions.items() if p.leader < 0)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLogDir:
+    """One replica in a broker's data directory (DescribeLogDirs). The cold-tier sizes are
+    Riverbed's: known for partitions the broker leads on tiered topics, else -1."""
+
+    size_bytes: int
+    offset_lag: int
+    remote_size_bytes: int = -1
+    tiering_backlog_bytes: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    path: str
+    error: KafkaError | None
+    total_bytes: int  # -1: unknown
+    usable_bytes: int
+    replicas: dict[TopicPartition, ReplicaLogDir]
 
 
 @dataclass(frozen=True, slots=True)
@@ -444,8 +492,10 @@ class Admin(AsyncClient):
         self, specs: Mapping[TopicPartition, OffsetSpec]
     ) -> dict[TopicPartition, OffsetAndTimestamp]:
         """For each partition, the offset of "earliest" (the log start), "latest" (the high
-        watermark), "max_timestamp" (the record with the largest timestamp) or, for an int
-        timestamp in ms, the first record at or after it. Asks each partition's leader."""
+        watermark), "max_timestamp" (the record with the largest timestamp), "earliest_local"
+        (the start of the leader's local log, KIP-405), "latest_tiered" (the last offset in the
+        cold tier, -1 if none, KIP-1005) or, for an int timestamp in ms, the first record at or
+        after it. Asks each partition's leader."""
         timestamps = {tp: _timestamp_of(tp, spec) for tp, spec in specs.items()}
         found: dict[TopicPartition, OffsetAndTimestamp] = {}
 
@@ -510,6 +560,62 @@ class Admin(AsyncClient):
         return answered
 
     # -- consumer groups ------------------------------------------------------------------
+    async def describe_cluster(self) -> ClusterDescription:
+        """Brokers, controller and every partition's leader, replicas and ISR (Metadata)."""
+        metadata = await self._metadata(None)
+        partitions = {
+            TopicPartition(t.name, p.partition_index): PartitionDescription(
+                partition=p.partition_index,
+                leader=p.leader_id,
+                leader_epoch=p.leader_epoch,
+                replicas=tuple(p.replica_nodes),
+                isr=tuple(p.isr_nodes),
+            )
+            for t in metadata.topics
+            if t.name is not None
+            for p in t.partitions
+        }
+        return ClusterDescription(
+            cluster_id=metadata.cluster_id,
+            controller_id=metadata.controller_id,
+            brokers=tuple(
+                BrokerDescription(b.node_id, b.host, b.port, b.rack)
+                for b in sorted(metadata.brokers, key=lambda b: b.node_id)
+            ),
+            partitions=dict(sorted(partitions.items())),
+        )
+
+    async def describe_log_dirs(
+        self, topics: Collection[str] | None = None, brokers: Collection[int] | None = None
+    ) -> dict[int, list[LogDirDescription]]:
+        """Each broker's data directories and the replicas in them (of `topics`, or all)."""
+        cluster = await self.describe_cluster()
+        targets = sorted(brokers) if brokers is not None else [b.node_id for b in cluster.brokers]
+        wanted = None
+        if topics is not None:
+            wanted = [
+                m.DescribeLogDirsRequest.DescribableLogDirTopic(
+                    topic=topic,
+                    partitions=[tp.partition for tp in cluster.partitions if tp.topic == topic],
+                )
+                for topic in sorted(topics)
+            ]
+        request = m.DescribeLogDirsRequest(topics=wanted)
+
+        async def at(node_id: int) -> list[LogDirDescription]:
+            async def attempt() -> m.DescribeLogDirsResponse:
+                connection = await self._pool.connection_for(node_id)
+                return await connection.call(
+                    request, m.DescribeLogDirsResponse, timeout_ms=self.settings.request_timeout_ms
+                )
+
+            response = await self._retrying(f"describing the log dirs of broker {node_id}", attempt)
+            _raise_for(response.error_code, f"broker {node_id}")
+            return [_log_dir(result) for result in response.results]
+
+        answers = await asyncio.gather(*(at(node_id) for node_id in targets))
+        return dict(zip(targets, answers, strict=True))
+
     async def alter_partition_reassignments(
         self, moves: Mapping[TopicPartition, Sequence[int] | None]
     ) -> PartitionErrors:
@@ -1023,6 +1129,22 @@ def _config_source(wire_id: int) -> ConfigSource:
         return ConfigSource(wire_id)
     except ValueError:  # a source newer than this client
         return ConfigSource.UNKNOWN
+
+
+def _log_dir(result: m.DescribeLogDirsResponse.DescribeLogDirsResult) -> LogDirDescription:
+    return LogDirDescription(
+        path=result.log_dir,
+        error=_error_or_none(result.error_code, result.log_dir),
+        total_bytes=result.total_bytes,
+        usable_bytes=result.usable_bytes,
+        replicas={
+            TopicPartition(topic.name, p.partition_index): ReplicaLogDir(
+                p.partition_size, p.offset_lag, p.remote_log_size, p.tiering_backlog_bytes
+            )
+            for topic in result.topics
+            for p in topic.partitions
+        },
+    )
 
 
 def _error_or_none(error_code: int, message: str | None) -> KafkaError | None:

@@ -234,7 +234,7 @@ class FetchResponse:
 
 @dataclass(slots=True)
 class ListOffsetsRequest:
-    """ListOffsets request (API key 2), versions 1-7."""
+    """ListOffsets request (API key 2), versions 1-9."""
 
     API_KEY: ClassVar[int] = 2
 
@@ -258,7 +258,7 @@ class ListOffsetsRequest:
 
 @dataclass(slots=True)
 class ListOffsetsResponse:
-    """ListOffsets response (API key 2), versions 1-7."""
+    """ListOffsets response (API key 2), versions 1-9."""
 
     API_KEY: ClassVar[int] = 2
 
@@ -1125,6 +1125,60 @@ class AlterConfigsResponse:
 
 
 @dataclass(slots=True)
+class DescribeLogDirsRequest:
+    """DescribeLogDirs request (API key 35), versions 1-4."""
+
+    API_KEY: ClassVar[int] = 35
+
+    @dataclass(slots=True)
+    class DescribableLogDirTopic:
+        topic: str = ""
+        partitions: list[int] = field(default_factory=list)
+
+    topics: list[DescribeLogDirsRequest.DescribableLogDirTopic] | None = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DescribeLogDirsResponse:
+    """DescribeLogDirs response (API key 35), versions 1-4."""
+
+    API_KEY: ClassVar[int] = 35
+
+    @dataclass(slots=True)
+    class DescribeLogDirsResult:
+        error_code: int = 0
+        log_dir: str = ""
+        topics: list[DescribeLogDirsResponse.DescribeLogDirsTopic] = field(default_factory=list)
+        # v4
+        total_bytes: int = -1
+        # v4
+        usable_bytes: int = -1
+
+    @dataclass(slots=True)
+    class DescribeLogDirsTopic:
+        name: str = ""
+        partitions: list[DescribeLogDirsResponse.DescribeLogDirsPartition] = field(
+            default_factory=list
+        )
+
+    @dataclass(slots=True)
+    class DescribeLogDirsPartition:
+        partition_index: int = 0
+        partition_size: int = 0
+        offset_lag: int = 0
+        is_future_key: bool = False
+        # v2+, tag 10000
+        remote_log_size: int = -1
+        # v2+, tag 10001
+        tiering_backlog_bytes: int = -1
+
+    throttle_time_ms: int = 0
+    # v3+
+    error_code: int = 0
+    results: list[DescribeLogDirsResponse.DescribeLogDirsResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class DeleteGroupsRequest:
     """DeleteGroups request (API key 42), versions 0-2."""
 
@@ -1349,6 +1403,7 @@ RequestBody = (
     | OffsetForLeaderEpochRequest
     | DescribeConfigsRequest
     | AlterConfigsRequest
+    | DescribeLogDirsRequest
     | DeleteGroupsRequest
     | ElectLeadersRequest
     | IncrementalAlterConfigsRequest
@@ -1377,6 +1432,7 @@ ResponseBody = (
     | OffsetForLeaderEpochResponse
     | DescribeConfigsResponse
     | AlterConfigsResponse
+    | DescribeLogDirsResponse
     | DeleteGroupsResponse
     | ElectLeadersResponse
     | IncrementalAlterConfigsResponse
@@ -1406,6 +1462,7 @@ REQUEST_CLASSES: dict[int, type[RequestBody]] = {
     23: OffsetForLeaderEpochRequest,
     32: DescribeConfigsRequest,
     33: AlterConfigsRequest,
+    35: DescribeLogDirsRequest,
     42: DeleteGroupsRequest,
     43: ElectLeadersRequest,
     44: IncrementalAlterConfigsRequest,
@@ -1435,6 +1492,7 @@ RESPONSE_CLASSES: dict[int, type[ResponseBody]] = {
     23: OffsetForLeaderEpochResponse,
     32: DescribeConfigsResponse,
     33: AlterConfigsResponse,
+    35: DescribeLogDirsResponse,
     42: DeleteGroupsResponse,
     43: ElectLeadersResponse,
     44: IncrementalAlterConfigsResponse,

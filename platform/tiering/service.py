@@ -157,6 +157,19 @@ class TieredStorage:
             return 0  # nothing can be below: no need to ask the store (it may be down)
         return _log_start_offset(partition, await self.manifest(partition))
 
+    async def tiered_summary(self, partition: Partition) -> tuple[int, int]:
+        """(last offset in the remote tier or -1 when it holds none, bytes it holds) of a
+        partition led here; KafkaError(KAFKA_STORAGE_ERROR) if the manifest cannot be read."""
+        manifest = await self.manifest(partition)
+        readable = [s for s in manifest.finished() if s.next_offset > manifest.log_start_offset]
+        last_offset = readable[-1].next_offset - 1 if readable else -1
+        return last_offset, sum(s.size_bytes for s in readable)
+
+    def backlog_bytes(self, partition: Partition) -> int:
+        """Sealed bytes of a partition led here not uploaded yet, as the offloader last saw;
+        -1 before its first round over the partition."""
+        return self.offloader.status.backlog_bytes.get((partition.topic, partition.index), -1)
+
     async def read(self, partition: Partition, offset: int, max_bytes: int) -> bytes | None:
         """Whole batches from the remote tier starting with the one holding `offset` (at least
         one batch, about `max_bytes`); None when the remote tier does not hold `offset`."""

@@ -1,4 +1,6 @@
-"""ListOffsets: earliest, latest, max-timestamp and by-timestamp offsets of partitions."""
+"""ListOffsets: earliest, latest, max-timestamp and by-timestamp offsets of partitions, and for
+tiered topics the earliest local offset (KIP-405, v8) and the latest tiered offset (KIP-1005, v9:
+-1 while nothing is tiered)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ PartitionResponse = m.ListOffsetsResponse.ListOffsetsPartitionResponse
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
 
 
 async def handle_list_offsets(
@@ -59,6 +63,11 @@ async def _answer(
         response.offset = partition_log.high_watermark
     elif timestamp == EARLIEST_TIMESTAMP:
         response.offset = await ctx.log_start_offset(partition)
+    elif timestamp == EARLIEST_LOCAL_TIMESTAMP:
+        response.offset = partition_log.log_start_offset
+    elif timestamp == LATEST_TIERED_TIMESTAMP:
+        if ctx.tiering is not None and ctx.tiering.enabled_for(topic):
+            response.offset, _ = await ctx.tiering.tiered_summary(partition)
     elif timestamp == MAX_TIMESTAMP:
         found = partition_log.max_timestamp_offset()
         if found is not None:
