@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from riverbed.cli_render import NONE_CELL, plain_table
 from riverbed.client.admin import (
     Admin,
     GroupDescription,
@@ -36,9 +37,6 @@ from riverbed.protocol.errors import ErrorCode
 
 GroupAction = Callable[[Admin, argparse.Namespace], Awaitable[int]]
 
-# What the table cells show where there is no value (Kafka's tool prints "-" too).
-NONE_CELL: Final = "-"
-COLUMN_GAP: Final = "  "
 # A group whose offsets may be reset: no members (Dead: it does not exist yet, or any more).
 RESETTABLE_STATES: Final = frozenset({GroupState.EMPTY, GroupState.DEAD})
 
@@ -114,7 +112,7 @@ async def list_groups(admin: Admin, args: argparse.Namespace) -> int:
             print(listing.group_id)
         return 0
     listings = await admin.list_groups(args.state or None)
-    print(_table(("GROUP", "STATE"), [(g.group_id, g.state.value) for g in listings]))
+    print(plain_table(("GROUP", "STATE"), [(g.group_id, g.state.value) for g in listings]))
     return 0
 
 
@@ -193,7 +191,7 @@ def _description_text(group: GroupDescription, rows: Sequence[PartitionLag]) -> 
     if group.members:
         lines += ["", "Members:"]
         lines.append(
-            _table(
+            plain_table(
                 ("MEMBER-ID", "GROUP-INSTANCE-ID", "CLIENT-ID", "HOST", "ASSIGNMENT"),
                 [
                     (
@@ -209,7 +207,7 @@ def _description_text(group: GroupDescription, rows: Sequence[PartitionLag]) -> 
         )
     lines += ["", "Offsets:"]
     lines.append(
-        _table(
+        plain_table(
             ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER-ID"),
             [
                 (
@@ -282,7 +280,7 @@ async def reset_offsets(admin: Admin, args: argparse.Namespace) -> int:
     partitions = await _partitions(admin, args.topic)
     plan = await _new_offsets(admin, partitions, args)
     print(
-        _table(
+        plain_table(
             ("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"),
             [(args.group, tp.topic, str(tp.partition), str(o)) for tp, o in plan.items()],
         )
@@ -362,17 +360,6 @@ async def delete_group(admin: Admin, args: argparse.Namespace) -> int:
 
 
 # -- formatting and flag parsing ----------------------------------------------------------
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Columns left-aligned and padded to their widest cell."""
-    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
-    return "\n".join(
-        COLUMN_GAP.join(
-            cell.ljust(width) for cell, width in zip(line, widths, strict=True)
-        ).rstrip()
-        for line in (headers, *rows)
-    )
-
-
 def _cell(value: int | None) -> str:
     return NONE_CELL if value is None else str(value)
 

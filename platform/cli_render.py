@@ -45,6 +45,20 @@ def print_table(
     console.print(table)
 
 
+def plain_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A borderless table as text, Kafka's tools' way (a header line, then one line per row,
+    columns left-aligned two spaces apart), for commands whose output scripts parse."""
+    table = Table(box=None, pad_edge=False, show_edge=False, padding=(0, 2, 0, 0))
+    for header in headers:
+        table.add_column(header, overflow="fold", no_wrap=True)
+    for row in rows:
+        table.add_row(*(cell_text(cell) for cell in row))
+    console = Console(width=TABLE_WIDTH_NO_TTY, no_color=True, highlight=False)
+    with console.capture() as captured:
+        console.print(table)
+    return "\n".join(line.rstrip() for line in captured.get().splitlines())
+
+
 def cell_text(value: object) -> str:
     if value is None:
         return NONE_CELL
