@@ -483,7 +483,7 @@ class LogCleaner:
             log,
             logging.INFO,
             "log.compacted",
-            log=str(partition_log),
+            **partition_log.event_fields(),
             bytes_read=result.bytes_read,
             bytes_written=result.bytes_written,
             records_read=result.records_read,

@@ -704,13 +704,11 @@ class PartitionLog:
         for segment in doomed:
             segment.delete()
         fsync_dir(self._directory)
-        topic, _, index = self._directory.name.rpartition("-")
         event(
             log,
             logging.INFO,
             "log.segments_deleted",
-            topic=topic,
-            partition=int(index),
+            **self.event_fields(),
             reason=reason,
             segments=len(doomed),
             bytes=freed,
@@ -809,15 +807,7 @@ class PartitionLog:
             self._recovery_point = min(self._recovery_point, end_offset)
         if self._active.size == 0:
             self._active.roll_base_ms = None
-        topic, _, index = self._directory.name.rpartition("-")
-        event(
-            log,
-            logging.INFO,
-            "log.truncated",
-            topic=topic,
-            partition=int(index),
-            log_end_offset=end_offset,
-        )
+        event(log, logging.INFO, "log.truncated", **self.event_fields(), log_end_offset=end_offset)
 
     def restart_at(self, offset: int) -> None:
         """Drop every segment and start empty at `offset`, even above the log end: a follower
@@ -879,6 +869,16 @@ class PartitionLog:
 
     def __str__(self) -> str:
         return f"log {self._directory.name}"
+
+    def event_fields(self) -> dict[str, str | int]:
+        """Log event fields naming the partition: from a `<topic>-<partition>` directory (what
+        brokers use), else the directory's name."""
+        topic, _, index = self._directory.name.rpartition("-")
+        return (
+            {"topic": topic, "partition": int(index)}
+            if index.isdigit() and topic
+            else {"log": self._directory.name}
+        )
 
 
 def _open_segments(directory: Path, config: LogConfig) -> list[LogSegment]:

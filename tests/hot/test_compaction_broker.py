@@ -114,7 +114,7 @@ async def test_a_compacted_topic_shrinks_and_readers_get_the_latest_value_of_eac
         else:
             state[key] = value
     assert state == expected
-    assert "cleaned" in broker.log_tail(200)
+    assert "event=log.compacted " in broker.log_tail(200)
 
 
 async def test_consumer_offsets_is_compacted_and_a_restarted_coordinator_serves_the_last_commit(

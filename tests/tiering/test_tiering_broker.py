@@ -201,7 +201,7 @@ async def test_an_unreachable_store_keeps_the_backlog_locally_and_uploads_resume
     segments = broker.segment_files(topic, 0)
     assert int(segments[0].stem) == 0 and len(segments) > 5  # nothing deleted locally
     assert await read_all_from_zero(broker, topic) == EXPECTED
-    assert "tiering failed" in broker.log_path.read_text()
+    assert "event=tiering.upload_failed " in broker.log_path.read_text()
 
     store.unlink()
     hidden.rename(store)

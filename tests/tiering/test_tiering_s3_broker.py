@@ -125,10 +125,11 @@ async def test_s3_down_for_a_while_costs_produce_and_hot_reads_nothing_and_loses
 
     # Nothing deleted locally; the backlog is reported (log and metrics), growing with the
     # sealed segments.
-    await wait_until(lambda: "tiering failed" in broker.log_path.read_text(), "a failed round")
+    await wait_until(
+        lambda: "event=tiering.upload_failed " in broker.log_path.read_text(), "a failed round"
+    )
     backlog = [
-        int(found)
-        for found in re.findall(r"local backlog (\d+) bytes", broker.log_path.read_text())
+        int(found) for found in re.findall(r" backlog_bytes=(\d+) ", broker.log_path.read_text())
     ]
     assert backlog and backlog[-1] > 0
     assert local_start(broker, topic) == 0 and len(broker.segment_files(topic, 0)) > 5
