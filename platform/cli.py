@@ -17,7 +17,7 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
-from riverbed import cli_describe, cli_groups, cli_partitions, log_events
+from riverbed import cli_describe, cli_groups, cli_partitions, cli_truncate, log_events
 from riverbed.client.admin import Admin
 from riverbed.client.consumer import Consumer
 from riverbed.client.producer import Producer
@@ -190,6 +190,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     tier.add_argument("--timeout-s", type=float, default=cli_describe.TIER_WAIT_DEFAULT_S)
     tier.set_defaults(command=_admin_action, admin_action=cli_describe.tier_topic)
+    truncate = topic_commands.add_parser(
+        "truncate", help="delete the records below an offset, from both tiers (DeleteRecords)"
+    )
+    cli_truncate.add_arguments(truncate)
+    truncate.set_defaults(command=_admin_action, admin_action=cli_truncate.truncate_topic)
     alter = topic_commands.add_parser(
         "alter", help="set or remove a topic's config overrides (applied live)"
     )
@@ -202,7 +207,7 @@ def _parser() -> argparse.ArgumentParser:
     delete = topic_commands.add_parser("delete", help="delete a topic")
     delete.add_argument("name")
     delete.set_defaults(command=_topics_delete)
-    for sub in (create, listing, describe, tier, alter, delete):
+    for sub in (create, listing, describe, tier, truncate, alter, delete):
         sub.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT")
 
     produce = commands.add_parser("produce", help="produce stdin's lines to a topic")

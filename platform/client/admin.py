@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, 
 from dataclasses import dataclass, field
 from typing import Final, Literal, NamedTuple, Protocol, TypeVar
 
+from riverbed.client.cluster import ClusterMetadata
 from riverbed.client.connection import BrokerConnection
 from riverbed.client.group.consumer_protocol import NO_GENERATION, PROTOCOL_TYPE, decode_assignment
 from riverbed.client.lifecycle import AsyncClient
@@ -44,6 +45,7 @@ from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode
 
 T = TypeVar("T")
+V = TypeVar("V")
 
 RESOURCE_TOPIC: Final = 2
 RESOURCE_BROKER: Final = 4
@@ -497,16 +499,38 @@ class Admin(AsyncClient):
         cold tier, -1 if none, KIP-1005) or, for an int timestamp in ms, the first record at or
         after it. Asks each partition's leader."""
         timestamps = {tp: _timestamp_of(tp, spec) for tp, spec in specs.items()}
-        found: dict[TopicPartition, OffsetAndTimestamp] = {}
+        return await self._at_leaders("listing offsets", timestamps, self._list_offsets_at)
+
+    async def delete_records(
+        self, offsets: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
+        """Delete every record below `offsets[tp]` (-1: below the high watermark) by moving
+        each partition's log start there (DeleteRecords), from both tiers; returns each
+        partition's low watermark, its new log start on every in-sync replica. Raises
+        OffsetOutOfRangeError past the high watermark, ConfigError (POLICY_VIOLATION) on a
+        topic whose cleanup.policy has no 'delete'."""
+        return await self._at_leaders("deleting records", offsets, self._delete_records_at)
+
+    async def _at_leaders(
+        self,
+        what: str,
+        wanted: Mapping[TopicPartition, V],
+        call: Callable[
+            [BrokerConnection, dict[TopicPartition, V]], Awaitable[dict[TopicPartition, T]]
+        ],
+    ) -> dict[TopicPartition, T]:
+        """`call(connection, partitions)` at each partition's leader at once, again (after a
+        metadata refresh) for the partitions that failed retriably."""
+        found: dict[TopicPartition, T] = {}
 
         async def attempt() -> None:
-            missing = {tp: ts for tp, ts in timestamps.items() if tp not in found}
-            by_leader: dict[BrokerConnection, dict[TopicPartition, int]] = {}
-            for tp, timestamp in missing.items():
-                connection = await self._pool.leader_connection(tp)
-                by_leader.setdefault(connection, {})[tp] = timestamp
+            by_leader: dict[BrokerConnection, dict[TopicPartition, V]] = {}
+            for tp, value in wanted.items():
+                if tp not in found:
+                    connection = await self._pool.leader_connection(tp)
+                    by_leader.setdefault(connection, {})[tp] = value
             answers = await asyncio.gather(
-                *(self._list_offsets_at(c, wanted) for c, wanted in by_leader.items()),
+                *(call(c, partitions) for c, partitions in by_leader.items()),
                 return_exceptions=True,
             )
             errors = [a for a in answers if isinstance(a, BaseException)]
@@ -516,8 +540,40 @@ class Admin(AsyncClient):
             if errors:
                 raise errors[0]
 
-        await self._retrying("listing offsets", attempt)
-        return {tp: found[tp] for tp in specs}
+        await self._retrying(what, attempt)
+        return {tp: found[tp] for tp in wanted}
+
+    async def _delete_records_at(
+        self, connection: BrokerConnection, offsets: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
+        """One DeleteRecords request to one leader; errors as in `_list_offsets_at`."""
+        request = m.DeleteRecordsRequest(
+            topics=[
+                m.DeleteRecordsRequest.DeleteRecordsTopic(
+                    name=topic,
+                    partitions=[
+                        m.DeleteRecordsRequest.DeleteRecordsPartition(
+                            partition_index=index, offset=offsets[TopicPartition(topic, index)]
+                        )
+                        for index in indexes
+                    ],
+                )
+                for topic, indexes in _partitions_by_topic(offsets)
+            ],
+            timeout_ms=self.settings.request_timeout_ms,
+        )
+        response = await connection.call(
+            request, m.DeleteRecordsResponse, timeout_ms=2 * self.settings.request_timeout_ms
+        )
+        return _answered_or_raise(
+            self._pool.cluster,
+            "DeleteRecords",
+            (
+                (TopicPartition(topic.name, p.partition_index), p.error_code, p.low_watermark)
+                for topic in response.topics
+                for p in topic.partitions
+            ),
+        )
 
     async def _list_offsets_at(
         self, connection: BrokerConnection, wanted: Mapping[TopicPartition, int]
@@ -544,20 +600,19 @@ class Admin(AsyncClient):
         response = await connection.call(
             request, m.ListOffsetsResponse, timeout_ms=self.settings.request_timeout_ms
         )
-        answered: dict[TopicPartition, OffsetAndTimestamp] = {}
-        first_error: Exception | None = None
-        for topic in response.topics:
-            for p in topic.partitions:
-                tp = TopicPartition(topic.name, p.partition_index)
-                if p.error_code == ErrorCode.NONE:
-                    answered[tp] = OffsetAndTimestamp(p.offset, p.timestamp)
-                elif first_error is None:
-                    first_error = error_for(p.error_code, f"{tp.topic}-{tp.partition}")
-        if first_error is not None:
-            if isinstance(first_error, RETRIABLE):
-                self._pool.cluster.mark_stale(f"ListOffsets: {first_error}")
-            raise first_error
-        return answered
+        return _answered_or_raise(
+            self._pool.cluster,
+            "ListOffsets",
+            (
+                (
+                    TopicPartition(topic.name, p.partition_index),
+                    p.error_code,
+                    OffsetAndTimestamp(p.offset, p.timestamp),
+                )
+                for topic in response.topics
+                for p in topic.partitions
+            ),
+        )
 
     # -- consumer groups ------------------------------------------------------------------
     async def describe_cluster(self) -> ClusterDescription:
@@ -1027,6 +1082,25 @@ async def _each(group_ids: Sequence[str], operation: Callable[[str], Awaitable[T
             raise answer
         results.append(answer)
     return results
+
+
+def _answered_or_raise(
+    cluster: ClusterMetadata, api: str, results: Iterable[tuple[TopicPartition, int, T]]
+) -> dict[TopicPartition, T]:
+    """A per-partition answer's values; if a partition failed, its error is raised once every
+    partition was looked at (retriable ones mark the metadata stale first: a leader moved)."""
+    answered: dict[TopicPartition, T] = {}
+    first_error: Exception | None = None
+    for tp, error_code, value in results:
+        if error_code == ErrorCode.NONE:
+            answered[tp] = value
+        elif first_error is None:
+            first_error = error_for(error_code, f"{tp.topic}-{tp.partition}")
+    if first_error is not None:
+        if isinstance(first_error, RETRIABLE):
+            cluster.mark_stale(f"{api}: {first_error}")
+        raise first_error
+    return answered
 
 
 def _partitions_by_topic(partitions: Iterable[TopicPartition]) -> list[tuple[str, list[int]]]:

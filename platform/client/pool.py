@@ -83,6 +83,11 @@ class BrokerPool:
         return frozenset(node for node, c in self._connections.items() if not c.closed)
 
     # -- connections ----------------------------------------------------------------------
+    def open_connection(self, node_id: int) -> BrokerConnection | None:
+        """The open connection to broker `node_id`, without connecting."""
+        connection = self._connections.get(node_id)
+        return connection if connection is not None and not connection.closed else None
+
     async def connection_for(self, node_id: int) -> BrokerConnection:
         """The open connection to broker `node_id`, connecting (once, shared) if needed."""
         self._check_open()

@@ -10,6 +10,11 @@ its own timer (the next linger or retry deadline). Each pass, synchronously:
    max.in.flight.requests.per.connection unanswered per leader and per partition), each in its
    own task that hands every partition's outcome to `_on_partition_result`.
 
+Batches are only handed to a connection that is already open (as the Java client's
+`NetworkClient.ready`): a missing one is opened by a task of its own, and the pass after it
+opens sends. A request task that had to wait for a connection could be overtaken by a later one
+that found it open, and the broker would see a partition's sequence numbers out of order.
+
 Ordering: a partition's batches leave in creation order. A batch that comes back with a
 retriable error goes back to its place in its queue (`PartitionQueue.requeue`), and a retried
 batch is only sent when none of its partition's batches is in flight, so with idempotence the
@@ -28,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from riverbed.client.accumulator import PartitionQueue, ProducerBatch, RecordAccumulator
+from riverbed.client.connection import BrokerConnection
 from riverbed.client.pool import BrokerPool, backoff_ms
 from riverbed.client.settings import ProducerSettings
 from riverbed.errors import (
@@ -93,6 +99,10 @@ class Sender:
         self._node_in_flight: dict[int, int] = defaultdict(int)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._refreshing = False
+        # Brokers being connected to, and when to try again after failed attempts.
+        self._connecting: set[int] = set()
+        self._connect_failures: dict[int, int] = {}
+        self._connect_retry_at: dict[int, float] = {}
         self._loop_task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()  # set once the identity question is settled
 
@@ -229,9 +239,15 @@ class Sender:
                 continue
             by_leader[leader].append(queue)
         for node_id, queues in by_leader.items():
+            connection = self._ready_connection(node_id, now)
+            if connection is None:
+                retry_at = self._connect_retry_at.get(node_id, 0.0)
+                if retry_at > now:
+                    next_at = _earliest(next_at, retry_at)
+                continue
             # Pipeline: one request after another while the leader has room for more.
             while queues and self._node_in_flight[node_id] < in_flight_max:
-                self._send_to(node_id, queues)
+                self._send_to(node_id, connection, queues)
                 queues = [q for q in queues if self._head_ready(q, now, hurry)[0]]
         if unknown_leaders or (cluster.stale and self._accumulator.incomplete):
             self._refresh_metadata(unknown_leaders)
@@ -264,7 +280,38 @@ class Sender:
             return False, None
         return True, None
 
-    def _send_to(self, node_id: int, queues: list[PartitionQueue]) -> None:
+    def _ready_connection(self, node_id: int, now: float) -> BrokerConnection | None:
+        """The open connection to `node_id`; else None, once a connection attempt is under way
+        (one at a time, spaced by retry.backoff.ms doubling after failures)."""
+        connection = self._pool.open_connection(node_id)
+        if connection is not None:
+            return connection
+        if node_id not in self._connecting and now >= self._connect_retry_at.get(node_id, 0.0):
+            self._connecting.add(node_id)
+            self._spawn(self._connect(node_id))
+        return None
+
+    async def _connect(self, node_id: int) -> None:
+        settings = self._settings
+        try:
+            await self._pool.connection_for(node_id)
+            self._connect_failures.pop(node_id, None)
+            self._connect_retry_at.pop(node_id, None)
+        except (OSError, TimeoutError, KafkaError) as error:
+            failures = self._connect_failures[node_id] = self._connect_failures.get(node_id, 0) + 1
+            wait_ms = backoff_ms(failures, settings.retry_backoff_ms, settings.retry_backoff_max_ms)
+            self._connect_retry_at[node_id] = asyncio.get_running_loop().time() + wait_ms / 1000
+            self._pool.cluster.mark_stale(f"connecting to broker {node_id} failed: {error}")
+            for batch in self._accumulator.incomplete:
+                if not batch.in_flight and self._pool.cluster.leader_for(batch.tp) == node_id:
+                    batch.last_error = error  # what a batch that expires now reports
+        finally:
+            self._connecting.discard(node_id)
+            self.wake()
+
+    def _send_to(
+        self, node_id: int, connection: BrokerConnection, queues: list[PartitionQueue]
+    ) -> None:
         settings = self._settings
         identity = self.identity
         compression = settings.compression
@@ -296,9 +343,11 @@ class Sender:
             request_bytes += len(batch.encoded)
             batches.append(batch)
         self._node_in_flight[node_id] += 1
-        self._spawn(self._produce(node_id, batches))
+        self._spawn(self._produce(node_id, connection, batches))
 
-    async def _produce(self, node_id: int, batches: list[ProducerBatch]) -> None:
+    async def _produce(
+        self, node_id: int, connection: BrokerConnection, batches: list[ProducerBatch]
+    ) -> None:
         settings = self._settings
         by_topic: dict[str, list[m.ProduceRequest.PartitionProduceData]] = defaultdict(list)
         for batch in batches:
@@ -317,11 +366,7 @@ class Sender:
         )
         try:
             try:
-                # Connecting (ApiVersions included) may not outlast the batches' delivery time.
-                loop = asyncio.get_running_loop()
-                remaining_s = min(b.deadline for b in batches) - loop.time()
-                async with asyncio.timeout(max(remaining_s, 0)):
-                    connection = await self._pool.connection_for(node_id)
+                # No await before this write: requests leave in the order they were made.
                 response = await connection.request(request, timeout_ms=settings.request_timeout_ms)
             except (OSError, TimeoutError, KafkaError) as error:
                 self._pool.cluster.mark_stale(f"produce to broker {node_id} failed: {error}")

@@ -15,6 +15,7 @@ from riverbed.hot.handlers.alter_configs import (
 from riverbed.hot.handlers.api_versions import handle_api_versions
 from riverbed.hot.handlers.context import BrokerContext
 from riverbed.hot.handlers.controlled_shutdown import handle_controlled_shutdown
+from riverbed.hot.handlers.delete_records import handle_delete_records
 from riverbed.hot.handlers.describe_configs import handle_describe_configs
 from riverbed.hot.handlers.describe_log_dirs import handle_describe_log_dirs
 from riverbed.hot.handlers.fetch import handle_fetch
@@ -133,6 +134,8 @@ class Dispatcher:
                 return await handle_list_partition_reassignments(ctx, body)
             case m.ElectLeadersRequest():
                 return await handle_elect_leaders(ctx, body)
+            case m.DeleteRecordsRequest():
+                return await handle_delete_records(ctx, body)
             case m.DescribeLogDirsRequest():
                 return await handle_describe_log_dirs(ctx, body)
         raise TypeError(f"no handler for {type(body).__name__} (api key {header.api_key})")

@@ -29,6 +29,8 @@ class FollowerState:
     last_caught_up_ms: int
     last_fetch_ms: int
     leader_end_offset_at_last_fetch: int
+    # What its fetches report (FetchRequest v5+): DeleteRecords waits for it to follow.
+    log_start_offset: int = UNKNOWN_OFFSET
 
 
 class FollowerTracker:
@@ -70,9 +72,15 @@ class FollowerTracker:
         return self._followers[follower_id].log_end_offset
 
     def on_fetch(
-        self, follower_id: int, fetch_offset: int, leader_end_offset: int, now_ms: int
+        self,
+        follower_id: int,
+        fetch_offset: int,
+        leader_end_offset: int,
+        now_ms: int,
+        log_start_offset: int = UNKNOWN_OFFSET,
     ) -> None:
         state = self._followers[follower_id]
+        state.log_start_offset = log_start_offset
         if fetch_offset >= leader_end_offset:
             state.last_caught_up_ms = max(state.last_caught_up_ms, now_ms)
         elif fetch_offset >= state.leader_end_offset_at_last_fetch:
@@ -108,15 +116,18 @@ class FollowerTracker:
             and self._followers[follower_id].log_end_offset >= epoch_start_offset
         )
 
+    def low_watermark(self, members: Iterable[int], leader_start_offset: int) -> int:
+        """The lowest log start among `members` (the leader's own included): DeleteRecords is
+        done once it reaches the requested offset. UNKNOWN_OFFSET while one of them has not
+        reported its log start since this leader began."""
+        starts = (self._followers[m].log_start_offset for m in members if m in self._followers)
+        return min([leader_start_offset, *starts])
+
     def high_watermark_bound(self, members: Iterable[int], leader_end_offset: int) -> int:
         """The highest offset every replica in `members` has (the leader's own log end offset
         included); UNKNOWN_OFFSET while one of them has not fetched since this leader began."""
-        bound = leader_end_offset
-        for member in members:
-            state = self._followers.get(member)
-            if state is not None:
-                bound = min(bound, state.log_end_offset)
-        return bound
+        ends = (self._followers[m].log_end_offset for m in members if m in self._followers)
+        return min([leader_end_offset, *ends])
 
 
 def monotonic_ms() -> int:

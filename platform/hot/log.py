@@ -1,8 +1,8 @@
 """The local log of one partition: an ordered list of segments in one directory.
 
 Vocabulary (used with exactly these meanings everywhere in riverbed.hot):
-- log_start_offset: the first offset a consumer may read (the first segment's base offset until
-  retention or DeleteRecords move it);
+- log_start_offset: the first offset a consumer may read here: the first segment's base offset,
+  or the offset DeleteRecords moved the start to (`truncated_before`, persisted) if higher;
 - log_end_offset (LEO): the offset the next appended record gets, one past the last record;
 - high_watermark (HW): set by the broker once offsets are replicated; offsets below it are
   committed, and consumer reads never return a batch reaching it. log_start_offset <= HW <= LEO;
@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 from riverbed.hot.checkpoint import CheckpointError
 from riverbed.hot.cleaner_swap import cap_first_dirty_offset, finish_interrupted_swap, swap_in
-from riverbed.hot.fileio import fsync_dir
+from riverbed.hot.fileio import fsync_dir, write_atomically
 from riverbed.hot.leader_epoch import LeaderEpochCache, leader_epoch_checkpoint_path
 from riverbed.hot.segment import (
     LOG_SUFFIX,
@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 # Kafka encodes "no limit" for flush.messages / flush.ms as Long.MAX_VALUE.
 KAFKA_LONG_MAX = 2**63 - 1
 DELETED_DIR_SUFFIX = "-delete"
+# The offset DeleteRecords moved the log start to, one integer, in the partition's directory.
+LOG_START_FILE = "log-start-offset-checkpoint"
 
 
 @dataclass(frozen=True)
@@ -185,6 +187,8 @@ class PartitionLog:
         self.recovered_segments = 0
         # Replaced by the persisted cache when `open` loads it.
         self.leader_epochs = LeaderEpochCache(directory)
+        self._truncated_before = _load_truncated_before(directory)
+        self._high_watermark = max(self._high_watermark, self.log_start_offset)
 
     # -- opening and recovery ------------------------------------------------------------------
 
@@ -294,7 +298,37 @@ class PartitionLog:
 
     @property
     def log_start_offset(self) -> int:
-        return self._segments[0].base_offset
+        return max(self._segments[0].base_offset, self._truncated_before)
+
+    @property
+    def truncated_before(self) -> int:
+        """The offset DeleteRecords moved the partition's log start to (0 if it never did): no
+        record below it is served again from either tier. On a tiered topic it may lie below
+        the first local segment, which the local log start also follows."""
+        return self._truncated_before
+
+    def advance_log_start_offset(self, offset: int) -> bool:
+        """Move `truncated_before` up to `offset` (DeleteRecords on the leader, or a follower
+        following its leader's log start), durably before it counts. Segments wholly below are
+        not deleted here: the caller does that once nothing needs them (on a tiered leader,
+        after the remote tier has moved its own start). Returns whether it moved."""
+        self._check_usable()
+        if offset <= self._truncated_before:
+            return False
+        if offset > self.log_end_offset:
+            raise ValueError(f"{self}: log start {offset} past the log end {self.log_end_offset}")
+        write_atomically(self._directory / LOG_START_FILE, f"{offset}\n".encode())
+        self._truncated_before = offset
+        self._high_watermark = max(self._high_watermark, self.log_start_offset)
+        self._hw_position = None
+        return True
+
+    def _cap_truncated_before(self, end_offset: int) -> None:
+        """After a cut to `end_offset` below the log start (an unclean election): the log
+        starts again there."""
+        if self._truncated_before > end_offset:
+            write_atomically(self._directory / LOG_START_FILE, f"{end_offset}\n".encode())
+            self._truncated_before = end_offset
 
     @property
     def log_end_offset(self) -> int:
@@ -523,22 +557,37 @@ class PartitionLog:
 
     # -- reading -------------------------------------------------------------------------------
 
+    def replica_start_offset(self) -> int:
+        """Where a replica copying this log from scratch starts: the base offset of the batch
+        holding the log start, below it when DeleteRecords cut into a batch (a follower's log
+        holds whole batches, as Kafka's does after its UnexpectedAppendOffset restart)."""
+        start = self.log_start_offset
+        found = self._segments[self._segment_slot(start)].find_batch(start)
+        return start if found is None else min(found[1].base_offset, start)
+
     def read(
-        self, fetch_offset: int, max_bytes: int, max_offset: int, *, min_one_batch: bool = True
+        self,
+        fetch_offset: int,
+        max_bytes: int,
+        max_offset: int,
+        *,
+        min_one_batch: bool = True,
+        from_replica: bool = False,
     ) -> ReadResult | None:
         """Whole batches from one segment, starting with the batch holding `fetch_offset`.
 
         At most `max_bytes`, except that one whole batch is returned even if larger when
         `min_one_batch` (KIP-74); never a batch whose last offset is >= `max_offset` (the HW
         for consumers). None when there is nothing to return. Raises
-        KafkaError(OFFSET_OUT_OF_RANGE) outside [log_start_offset, log_end_offset].
+        KafkaError(OFFSET_OUT_OF_RANGE) outside [log_start_offset, log_end_offset] (from the
+        `replica_start_offset` for a follower).
         """
         self._check_usable()
-        if not self.log_start_offset <= fetch_offset <= self.log_end_offset:
+        start = self.replica_start_offset() if from_replica else self.log_start_offset
+        if not start <= fetch_offset <= self.log_end_offset:
             raise KafkaError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
-                f"{self}: offset {fetch_offset} is outside "
-                f"[{self.log_start_offset}, {self.log_end_offset}]",
+                f"{self}: offset {fetch_offset} is outside [{start}, {self.log_end_offset}]",
             )
         if fetch_offset >= max_offset:
             return None
@@ -607,12 +656,14 @@ class PartitionLog:
     # -- timestamps ----------------------------------------------------------------------------
 
     def offset_for_timestamp(self, target_ms: int) -> TimestampAndOffset | None:
-        """The earliest record whose timestamp is >= `target_ms` (ListOffsets by time)."""
+        """The earliest record at or after the log start whose timestamp is >= `target_ms`
+        (ListOffsets by time)."""
         self._check_usable()
+        log_start = self.log_start_offset
         for segment in self._segments:
             if segment.max_timestamp[0] < target_ms:
                 continue
-            start_offset = segment.time_index_lookup(target_ms)
+            start_offset = max(segment.time_index_lookup(target_ms), log_start)
             found = segment.find_batch(start_offset)
             if found is None:
                 continue
@@ -620,7 +671,7 @@ class PartitionLog:
                 if header.max_timestamp >= target_ms:
                     record = _first_record(
                         segment.read_batch(position, header),
-                        lambda r: r.timestamp_ms >= target_ms,
+                        lambda r: r.timestamp_ms >= target_ms and r.offset >= log_start,
                     )
                     if record is not None:
                         return TimestampAndOffset(record.offset, record.timestamp_ms)
@@ -792,6 +843,7 @@ class PartitionLog:
         self._wait_for_syncs()
         if offset < self.log_start_offset:
             self._replace_with_empty_segment(offset)
+            self._cap_truncated_before(offset)
         else:
             while self._active.base_offset > offset:
                 self._segments.pop().delete()
@@ -816,6 +868,7 @@ class PartitionLog:
         self._check_usable()
         self._wait_for_syncs()
         self._replace_with_empty_segment(offset)
+        self._cap_truncated_before(offset)
         fsync_dir(self._directory)
         cap_first_dirty_offset(self._directory, offset)
         self.leader_epochs.truncate_from_end(0)
@@ -879,6 +932,20 @@ class PartitionLog:
             if index.isdigit() and topic
             else {"log": self._directory.name}
         )
+
+
+def _load_truncated_before(directory: Path) -> int:
+    """The persisted DeleteRecords log start; 0 without one. An unreadable file is reported
+    and read as 0: records DeleteRecords removed could be served again, which is less harm
+    than refusing to open the log."""
+    path = directory / LOG_START_FILE
+    try:
+        return int(path.read_text())
+    except FileNotFoundError:
+        return 0
+    except (OSError, ValueError) as error:
+        log.error("%s: unreadable, the log starts at its first segment: %s", path, error)
+        return 0
 
 
 def _open_segments(directory: Path, config: LogConfig) -> list[LogSegment]:

@@ -109,6 +109,8 @@ class Partition:
         self.data_waiters = DataWaiters()
         self.end_waiters = DataWaiters()
         self.commit_waiters = CommitWaiters()
+        # DeleteRecords requests waiting for every in-sync replica's log start to follow.
+        self.low_watermark_waiters = CommitWaiters()
         self._followers: FollowerTracker | None = None
         self._epoch_start_offset = 0
 
@@ -179,9 +181,9 @@ class Partition:
         self.leader_id = NO_LEADER
 
     def _resign(self) -> None:
-        self.commit_waiters.fail_all(
-            KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self}: leadership moved")
-        )
+        moved = KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{self}: leadership moved")
+        self.commit_waiters.fail_all(moved)
+        self.low_watermark_waiters.fail_all(moved)
         self.data_waiters.wake_all()
         self.end_waiters.wake_all()
 
@@ -216,15 +218,39 @@ class Partition:
         self.maybe_advance_high_watermark()
         return result
 
-    def record_follower_fetch(self, follower_id: int, fetch_offset: int, now_ms: int) -> None:
-        """A follower fetched from `fetch_offset`: it has every offset below it."""
+    def record_follower_fetch(
+        self, follower_id: int, fetch_offset: int, now_ms: int, log_start_offset: int = -1
+    ) -> None:
+        """A follower fetched from `fetch_offset`: it has every offset below it, and its log
+        starts at `log_start_offset` (-1: it did not say)."""
         followers = self._followers
         if followers is None or follower_id not in followers:
             raise KafkaError(
                 ErrorCode.REPLICA_NOT_AVAILABLE, f"broker {follower_id} is not a replica of {self}"
             )
-        followers.on_fetch(follower_id, fetch_offset, self.log.log_end_offset, now_ms)
+        followers.on_fetch(
+            follower_id, fetch_offset, self.log.log_end_offset, now_ms, log_start_offset
+        )
         self.maybe_advance_high_watermark()
+        if self.low_watermark_waiters:
+            self.low_watermark_waiters.release_up_to(self.low_watermark(self.log.log_start_offset))
+
+    def low_watermark(self, leader_start_offset: int) -> int:
+        """The lowest log start of the in-sync replicas, given the leader's (on a tiered topic,
+        the start of its whole log)."""
+        followers = self._followers
+        if followers is None:
+            return leader_start_offset
+        return followers.low_watermark(
+            self.isr | (self.pending_isr or frozenset()), leader_start_offset
+        )
+
+    def log_start_followed(self, offset: int, leader_start_offset: int) -> asyncio.Future[None]:
+        """A future resolved once every in-sync replica's log starts at `offset` or later
+        (DeleteRecords' wait), failed with NOT_LEADER_OR_FOLLOWER if leadership moves first."""
+        future = self.low_watermark_waiters.park(offset)
+        self.low_watermark_waiters.release_up_to(self.low_watermark(leader_start_offset))
+        return future
 
     def maybe_advance_high_watermark(self) -> bool:
         """Move the HW to the highest offset every ISR member has (pending changes counted, so
@@ -261,6 +287,8 @@ class Partition:
         self.state_version = state_version
         self.pending_isr = None
         self.maybe_advance_high_watermark()
+        if self.low_watermark_waiters:  # a lagging replica that left no longer holds it back
+            self.low_watermark_waiters.release_up_to(self.low_watermark(self.log.log_start_offset))
 
     def high_watermark_behind_epoch(self) -> bool:
         """A new leader whose HW is still below the start of its epoch: until its followers
@@ -288,6 +316,13 @@ class Partition:
         self._after_append(result)
         self.producer_state.rebuild(headers)
         self.follow_high_watermark(leader_high_watermark)
+
+    def follow_log_start(self, leader_log_start_offset: int) -> None:
+        """Follow the leader's log start (DeleteRecords, retention): records below it are gone
+        from the partition, so the local segments wholly below it go too."""
+        target = min(leader_log_start_offset, self.log.log_end_offset)
+        if self.log.advance_log_start_offset(target):
+            self.log.delete_segments_below(target, reason="log start")
 
     def follow_high_watermark(self, leader_high_watermark: int) -> None:
         target = min(leader_high_watermark, self.log.log_end_offset)

@@ -352,6 +352,7 @@ class LeaderFetcher:
                     )
                 else:
                     partition.follow_high_watermark(data.high_watermark)
+                partition.follow_log_start(data.log_start_offset)
             except OffsetOutOfOrderError as problem:
                 log.warning("%s: %s; checking for divergence again", partition, problem)
                 followed.truncated = False

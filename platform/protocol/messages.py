@@ -956,6 +956,49 @@ class DeleteTopicsResponse:
 
 
 @dataclass(slots=True)
+class DeleteRecordsRequest:
+    """DeleteRecords request (API key 21), versions 0-2."""
+
+    API_KEY: ClassVar[int] = 21
+
+    @dataclass(slots=True)
+    class DeleteRecordsTopic:
+        name: str = ""
+        partitions: list[DeleteRecordsRequest.DeleteRecordsPartition] = field(default_factory=list)
+
+    @dataclass(slots=True)
+    class DeleteRecordsPartition:
+        partition_index: int = 0
+        offset: int = 0
+
+    topics: list[DeleteRecordsRequest.DeleteRecordsTopic] = field(default_factory=list)
+    timeout_ms: int = 30000
+
+
+@dataclass(slots=True)
+class DeleteRecordsResponse:
+    """DeleteRecords response (API key 21), versions 0-2."""
+
+    API_KEY: ClassVar[int] = 21
+
+    @dataclass(slots=True)
+    class DeleteRecordsTopicResult:
+        name: str = ""
+        partitions: list[DeleteRecordsResponse.DeleteRecordsPartitionResult] = field(
+            default_factory=list
+        )
+
+    @dataclass(slots=True)
+    class DeleteRecordsPartitionResult:
+        partition_index: int = 0
+        low_watermark: int = 0
+        error_code: int = 0
+
+    throttle_time_ms: int = 0
+    topics: list[DeleteRecordsResponse.DeleteRecordsTopicResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class InitProducerIdRequest:
     """InitProducerId request (API key 22), versions 0-4."""
 
@@ -1399,6 +1442,7 @@ RequestBody = (
     | ApiVersionsRequest
     | CreateTopicsRequest
     | DeleteTopicsRequest
+    | DeleteRecordsRequest
     | InitProducerIdRequest
     | OffsetForLeaderEpochRequest
     | DescribeConfigsRequest
@@ -1428,6 +1472,7 @@ ResponseBody = (
     | ApiVersionsResponse
     | CreateTopicsResponse
     | DeleteTopicsResponse
+    | DeleteRecordsResponse
     | InitProducerIdResponse
     | OffsetForLeaderEpochResponse
     | DescribeConfigsResponse
@@ -1458,6 +1503,7 @@ REQUEST_CLASSES: dict[int, type[RequestBody]] = {
     18: ApiVersionsRequest,
     19: CreateTopicsRequest,
     20: DeleteTopicsRequest,
+    21: DeleteRecordsRequest,
     22: InitProducerIdRequest,
     23: OffsetForLeaderEpochRequest,
     32: DescribeConfigsRequest,
@@ -1488,6 +1534,7 @@ RESPONSE_CLASSES: dict[int, type[ResponseBody]] = {
     18: ApiVersionsResponse,
     19: CreateTopicsResponse,
     20: DeleteTopicsResponse,
+    21: DeleteRecordsResponse,
     22: InitProducerIdResponse,
     23: OffsetForLeaderEpochResponse,
     32: DescribeConfigsResponse,

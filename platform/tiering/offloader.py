@@ -218,6 +218,14 @@ class Offloader:
         """Upload what is due, then apply retention; True if segments are left to upload."""
         if state.manifest is None:
             state.manifest = await self._clean_unfinished(state)
+        # DeleteRecords (this leader's, or a predecessor's recorded in the manifest) first, so
+        # nothing below the log start is uploaded.
+        state.manifest = await self._move_log_start(
+            partition,
+            state,
+            max(state.manifest.log_start_offset, partition.log.truncated_before),
+            "log start",
+        )
         left = await self._upload_sealed(partition, state)
         await self._delete_orphans(state)
         state.uploaded_end = state.manifest.finished_end_offset
@@ -457,26 +465,44 @@ class Offloader:
                 total_bytes -= segment.log_bytes
         if not doomed:
             return manifest
-        start = doomed[-1].next_offset
-        keys = [s.key for s in doomed]
-        manifest = await state.metadata.commit(
-            state.leader_epoch,
-            lambda m: m.with_log_start_offset(start).with_state(keys, SegmentState.DELETE_STARTED),
-        )
-        for key in keys:
-            await self._store.delete(key)
-        manifest = await state.metadata.commit(state.leader_epoch, lambda m: m.without(keys))
-        partition.log.delete_segments_below(start)
-        event(
-            log,
-            logging.INFO,
-            "tiering.remote_segments_deleted",
-            topic=partition.topic,
-            partition=partition.index,
-            reason="retention",
-            segments=len(keys),
-            log_start_offset=start,
-        )
+        return await self._move_log_start(partition, state, doomed[-1].next_offset, "retention")
+
+    async def _move_log_start(
+        self, partition: Partition, state: _PartitionState, start: int, reason: str
+    ) -> Manifest:
+        """Move the whole log's start to `start`: the manifest's first (readers stop asking
+        below it), then the objects wholly below it go, then their manifest entries; the local
+        log follows (its start, persisted, and its segments wholly below)."""
+        manifest = state.manifest
+        assert manifest is not None
+        keys = [s.key for s in manifest.finished() if s.next_offset <= start]
+        if start > manifest.log_start_offset or keys:
+            manifest = await state.metadata.commit(
+                state.leader_epoch,
+                lambda m: m.with_log_start_offset(start).with_state(
+                    keys, SegmentState.DELETE_STARTED
+                ),
+            )
+            for key in keys:
+                await self._store.delete(key)
+            if keys:
+                manifest = await state.metadata.commit(
+                    state.leader_epoch, lambda m: m.without(keys)
+                )
+        # A new leader's log may end below a start its predecessor set (an unclean election).
+        partition.log.advance_log_start_offset(min(start, partition.log.log_end_offset))
+        partition.log.delete_segments_below(start, reason=reason)
+        if keys:
+            event(
+                log,
+                logging.INFO,
+                "tiering.remote_segments_deleted",
+                topic=partition.topic,
+                partition=partition.index,
+                reason=reason,
+                segments=len(keys),
+                log_start_offset=start,
+            )
         return manifest
 
     def _apply_local_retention(

@@ -165,6 +165,17 @@ class TieredStorage:
         last_offset = readable[-1].next_offset - 1 if readable else -1
         return last_offset, sum(s.size_bytes for s in readable)
 
+    async def move_log_start(self, partition: Partition, offset: int) -> None:
+        """DeleteRecords on a partition led here: the remote tier's log start moves first, in
+        the manifest (a commit fenced by the leader epoch: FENCED_LEADER_EPOCH if a newer leader
+        wrote it), so the next leader finds it there; the offloader then deletes the objects
+        wholly below it and the local segments."""
+        assert self._store is not None
+        metadata = RemoteMetadata(self._store, partition.topic, partition.index)
+        with _storage_errors(partition):
+            await metadata.commit(partition.leader_epoch, lambda m: m.with_log_start_offset(offset))
+        self.offloader.wake()
+
     def backlog_bytes(self, partition: Partition) -> int:
         """Sealed bytes of a partition led here not uploaded yet, as the offloader last saw;
         -1 before its first round over the partition."""
@@ -173,6 +184,8 @@ class TieredStorage:
     async def read(self, partition: Partition, offset: int, max_bytes: int) -> bytes | None:
         """Whole batches from the remote tier starting with the one holding `offset` (at least
         one batch, about `max_bytes`); None when the remote tier does not hold `offset`."""
+        if offset < partition.log.truncated_before:
+            return None  # deleted by DeleteRecords, whatever the manifest still lists
         manifest = await self.manifest(partition)
         segment = manifest.segment_for(offset)
         if segment is None or (segment.base_offset > offset and offset < manifest.log_start_offset):
@@ -199,7 +212,7 @@ class TieredStorage:
         manifest = await self.manifest(partition)
         readers = self._readers
         assert readers is not None
-        start = manifest.log_start_offset
+        start = max(manifest.log_start_offset, partition.log.truncated_before)
         for segment in manifest.finished():
             if segment.max_timestamp_ms < timestamp_ms or segment.next_offset <= start:
                 continue
@@ -220,7 +233,7 @@ def _log_start_offset(partition: Partition, manifest: Manifest | None) -> int:
     local = partition.log.log_start_offset
     if manifest is None or not manifest.finished():
         return local
-    return min(local, manifest.log_start_offset)
+    return max(partition.log.truncated_before, min(local, manifest.log_start_offset))
 
 
 @contextmanager

@@ -255,3 +255,42 @@ async def test_enable_idempotence_false_sends_no_producer_id(broker: BrokerProce
         assert not producer.status().idempotent
     ((batch, _),) = stored_records(broker, "plain")
     assert batch.producer_id == -1
+
+
+async def test_requests_leave_in_sequence_order_while_a_connection_opens(
+    broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches made while the leader's connection is still opening must not overtake each other:
+    a request that waited for the connection once went out after a later one that found it
+    open, and the broker refused the earlier sequence (OUT_OF_ORDER_SEQUENCE_NUMBER)."""
+    sent_sequences: list[int] = []
+    original_request = connection_module.BrokerConnection.request
+    original_open = connection_module.BrokerConnection.open.__func__  # type: ignore[attr-defined]
+    opens = 0
+
+    async def slow_open(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        nonlocal opens
+        opens += 1
+        connection = await original_open(cls, *args, **kwargs)
+        if opens > 1:  # the leader's connection (the first is the bootstrap one)
+            await asyncio.sleep(0.2)
+        return connection
+
+    async def recording(self: Any, body: Any, **kwargs: Any) -> Any:
+        if type(body).__name__ == "ProduceRequest":
+            for topic in body.topic_data:
+                for data in topic.partition_data:
+                    batch = MemoryRecords(bytes(data.records)).next_batch()
+                    sent_sequences.append(batch.base_sequence)
+        return await original_request(self, body, **kwargs)
+
+    monkeypatch.setattr(connection_module.BrokerConnection, "open", classmethod(slow_open))
+    monkeypatch.setattr(connection_module.BrokerConnection, "request", recording)
+    async with producer_for(broker, linger_ms=0, max_in_flight_requests_per_connection=5) as p:
+        futures = []
+        for i in range(60):
+            futures.append(await p.send("opening", VALUE, partition=0))
+            await asyncio.sleep(0.005 if i % 2 else 0)
+        offsets = [(await future).offset for future in futures]
+    assert offsets == sorted(offsets)
+    assert sent_sequences == sorted(sent_sequences), sent_sequences

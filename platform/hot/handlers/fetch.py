@@ -155,7 +155,8 @@ def _read_partition(
     partition_log = partition.log
     if replica_id >= 0:
         # Checked against the log's range before it counts as the follower's position.
-        start, end = partition_log.log_start_offset, partition_log.log_end_offset
+        # A replica starts at whole batches: below the log start if DeleteRecords cut a batch.
+        start, end = partition_log.replica_start_offset(), partition_log.log_end_offset
         if wanted.fetch_offset < start and ctx.tiering is not None:
             # Kafka's answer when the rest is in the remote tier. The follower restarts its log
             # at our local log start, which (unlike Kafka) log_start_offset carries here: the
@@ -174,7 +175,9 @@ def _read_partition(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"{partition}: follower offset {wanted.fetch_offset} is outside [{start}, {end}]",
             )
-        partition.record_follower_fetch(replica_id, wanted.fetch_offset, monotonic_ms())
+        partition.record_follower_fetch(
+            replica_id, wanted.fetch_offset, monotonic_ms(), wanted.log_start_offset
+        )
         if replica_id not in partition.isr:
             ctx.isr_manager.check(partition)  # it may have caught up enough to rejoin
         max_offset = partition_log.log_end_offset
@@ -182,11 +185,22 @@ def _read_partition(
         max_offset = partition_log.high_watermark
     data.high_watermark = partition_log.high_watermark
     data.last_stable_offset = partition_log.high_watermark
-    data.log_start_offset = ctx.known_log_start_offset(partition)
+    if replica_id >= 0:
+        # What the follower's log start follows. On a tiered topic not the whole log's start
+        # as far as a manifest in memory tells (that may be the local start, above records
+        # only the remote tier holds), but the start DeleteRecords and remote retention set.
+        tiered = ctx.tiering is not None and ctx.tiering.enabled_for(topic)
+        data.log_start_offset = (
+            partition_log.truncated_before if tiered else partition_log.log_start_offset
+        )
+    else:
+        data.log_start_offset = ctx.known_log_start_offset(partition)
     max_bytes = min(wanted.partition_max_bytes, budget_bytes)
     if max_bytes <= 0 and not first_non_empty:
         return None
-    result = partition_log.read(wanted.fetch_offset, max(max_bytes, 0), max_offset)
+    result = partition_log.read(
+        wanted.fetch_offset, max(max_bytes, 0), max_offset, from_replica=replica_id >= 0
+    )
     if result is None:
         return None
     if result.region.size > max_bytes and not first_non_empty:
