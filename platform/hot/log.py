@@ -562,6 +562,8 @@ class PartitionLog:
         holding the log start, below it when DeleteRecords cut into a batch (a follower's log
         holds whole batches, as Kafka's does after its UnexpectedAppendOffset restart)."""
         start = self.log_start_offset
+        if start == self._segments[0].base_offset:
+            return start  # a segment starts with a batch: no lookup on every follower fetch
         found = self._segments[self._segment_slot(start)].find_batch(start)
         return start if found is None else min(found[1].base_offset, start)
 

@@ -51,7 +51,8 @@ class DataWaiters:
 
 
 class CommitWaiters:
-    """acks=all appends waiting for the high watermark to reach their end offset."""
+    """Requests waiting for an offset to reach theirs: acks=all appends for the high watermark,
+    DeleteRecords for the low watermark."""
 
     def __init__(self) -> None:
         self._heap: list[tuple[int, int, asyncio.Future[None]]] = []
@@ -245,11 +246,12 @@ class Partition:
             self.isr | (self.pending_isr or frozenset()), leader_start_offset
         )
 
-    def log_start_followed(self, offset: int, leader_start_offset: int) -> asyncio.Future[None]:
+    def log_start_followed(self, offset: int) -> asyncio.Future[None]:
         """A future resolved once every in-sync replica's log starts at `offset` or later
-        (DeleteRecords' wait), failed with NOT_LEADER_OR_FOLLOWER if leadership moves first."""
+        (DeleteRecords' wait, after this leader's own start moved there), failed with
+        NOT_LEADER_OR_FOLLOWER if leadership moves first."""
         future = self.low_watermark_waiters.park(offset)
-        self.low_watermark_waiters.release_up_to(self.low_watermark(leader_start_offset))
+        self.low_watermark_waiters.release_up_to(self.low_watermark(self.log.log_start_offset))
         return future
 
     def maybe_advance_high_watermark(self) -> bool:

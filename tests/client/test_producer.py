@@ -260,10 +260,14 @@ async def test_enable_idempotence_false_sends_no_producer_id(broker: BrokerProce
 async def test_requests_leave_in_sequence_order_while_a_connection_opens(
     broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Batches made while the leader's connection is still opening must not overtake each other:
-    a request that waited for the connection once went out after a later one that found it
-    open, and the broker refused the earlier sequence (OUT_OF_ORDER_SEQUENCE_NUMBER)."""
+    """Batches made while the leader's connection is still opening wait in the accumulator, not
+    in request tasks: such a task once went out after a later one that found the connection
+    open, and the broker refused the earlier sequence (OUT_OF_ORDER_SEQUENCE_NUMBER). The race
+    itself depends on scheduling; what rules it out is that no request exists before the
+    connection does."""
     sent_sequences: list[int] = []
+    producers: list[Producer] = []
+    requests_while_opening: list[int] = []
     original_request = connection_module.BrokerConnection.request
     original_open = connection_module.BrokerConnection.open.__func__  # type: ignore[attr-defined]
     opens = 0
@@ -273,7 +277,8 @@ async def test_requests_leave_in_sequence_order_while_a_connection_opens(
         opens += 1
         connection = await original_open(cls, *args, **kwargs)
         if opens > 1:  # the leader's connection (the first is the bootstrap one)
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.2)  # records are sent meanwhile
+            requests_while_opening.append(sum(producers[0]._sender._node_in_flight.values()))
         return connection
 
     async def recording(self: Any, body: Any, **kwargs: Any) -> Any:
@@ -287,10 +292,12 @@ async def test_requests_leave_in_sequence_order_while_a_connection_opens(
     monkeypatch.setattr(connection_module.BrokerConnection, "open", classmethod(slow_open))
     monkeypatch.setattr(connection_module.BrokerConnection, "request", recording)
     async with producer_for(broker, linger_ms=0, max_in_flight_requests_per_connection=5) as p:
+        producers.append(p)
         futures = []
         for i in range(60):
             futures.append(await p.send("opening", VALUE, partition=0))
             await asyncio.sleep(0.005 if i % 2 else 0)
         offsets = [(await future).offset for future in futures]
+    assert requests_while_opening and not any(requests_while_opening), requests_while_opening
     assert offsets == sorted(offsets)
     assert sent_sequences == sorted(sent_sequences), sent_sequences

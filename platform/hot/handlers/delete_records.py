@@ -106,10 +106,7 @@ async def _move(
 
 
 async def _wait_for_replicas(ctx: BrokerContext, moved: list[_Moved], timeout_ms: int) -> None:
-    waits = []
-    for item in moved:
-        leader_start = await _leader_start(ctx, item.partition)
-        waits.append(item.partition.log_start_followed(item.offset, leader_start))
+    waits = [item.partition.log_start_followed(item.offset) for item in moved]
     _, pending = await asyncio.wait(waits, timeout=timeout_ms / 1000)
     for future in pending:
         future.cancel()
