@@ -125,6 +125,12 @@ async def test_a_move_can_be_cancelled_while_the_new_replica_is_stuck(
         await produce(cluster.bootstrap, 0, 100)
         joining = next(b for b in cluster.brokers if b not in before.replicas)
         tp = TopicPartition(TOPIC, 0)
+        if (await admin.describe_cluster()).controller_id == joining:
+            # A frozen controller would answer nothing: move the controllership first.
+            await cluster.restart(joining)
+            await cluster.wait_for(
+                lambda: _controller_is_not(admin, joining), WAIT_S, what="a new controller"
+            )
 
         cluster.pause(joining)  # it can never catch up
         try:
@@ -405,3 +411,7 @@ async def test_dynamic_broker_configs_are_cluster_wide(cluster_factory: ClusterF
             await admin.alter_broker_configs(set={"log.retention.ms": "1"})
     entry = await asyncio.to_thread(describe, 1)
     assert entry.value == str(2**63 - 1)  # type: ignore[attr-defined]
+
+
+async def _controller_is_not(admin: Admin, broker_id: int) -> bool:
+    return (await admin.describe_cluster()).controller_id != broker_id
