@@ -45,6 +45,7 @@ from riverbed.hot.server import Deferred, Response
 from riverbed.protocol import messages as m
 from riverbed.protocol.connection import RequestHeader, encode_response
 from riverbed.protocol.messages import RequestBody, ResponseBody
+from riverbed.security.session import Session
 
 
 class Dispatcher:
@@ -60,7 +61,7 @@ class Dispatcher:
         self._ctx = ctx
 
     async def __call__(
-        self, header: RequestHeader, body: RequestBody, client_host: str
+        self, header: RequestHeader, body: RequestBody, session: Session
     ) -> Response | Deferred:
         started_s = time.perf_counter()
         metrics = self._ctx.metrics.api(type(body).__name__)
@@ -71,14 +72,14 @@ class Dispatcher:
                 return Deferred(_encode_when_done(header, outcome, metrics.seconds, started_s))
             metrics.seconds.observe(time.perf_counter() - started_s)
             return None if outcome is None else encode_response(header, outcome)
-        response = await self._handle(header, body, client_host)
+        response = await self._handle(header, body, session)
         metrics.seconds.observe(time.perf_counter() - started_s)
         if response is None:
             return None
         return encode_response(header, response)
 
     async def _handle(
-        self, header: RequestHeader, body: RequestBody, client_host: str
+        self, header: RequestHeader, body: RequestBody, session: Session
     ) -> ResponseBody | None:
         ctx, version = self._ctx, header.api_version
         match body:
@@ -115,7 +116,9 @@ class Dispatcher:
             case m.JoinGroupRequest():
                 # Kafka names a member's host as Java's InetAddress.toString() does: "/<ip>".
                 client_id = header.client_id or ""
-                return await handle_join_group(ctx, body, version, client_id, f"/{client_host}")
+                return await handle_join_group(
+                    ctx, body, version, client_id, f"/{session.client_host}"
+                )
             case m.SyncGroupRequest():
                 return await handle_sync_group(ctx, body, version)
             case m.HeartbeatRequest():

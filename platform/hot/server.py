@@ -36,6 +36,7 @@ from riverbed.protocol.connection import (
 )
 from riverbed.protocol.messages import RequestBody
 from riverbed.protocol.regions import FileRegion
+from riverbed.security.session import Session, anonymous_session
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +61,9 @@ class Deferred:
     completion: Coroutine[Any, Any, Response]
 
 
-# (header, body, client host): the host is the peer's IP address, which Kafka reports for group
-# members (DescribeGroups' client host).
-RequestHandler = Callable[[RequestHeader, RequestBody, str], Awaitable[Response | Deferred]]
+# (header, body, session): the session names the connection's principal and the peer's IP address
+# (which Kafka reports for group members, DescribeGroups' client host).
+RequestHandler = Callable[[RequestHeader, RequestBody, Session], Awaitable[Response | Deferred]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +142,7 @@ class KafkaServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connection = ServerConnection(max_frame_bytes=self._limits.socket_request_max_bytes)
         peer = writer.get_extra_info("peername")
-        client_host = str(peer[0]) if isinstance(peer, tuple) else ""
+        session = anonymous_session(str(peer[0]) if isinstance(peer, tuple) else "")
         owed: deque[asyncio.Task[Response]] = deque()  # deferred responses, in request order
         reading: asyncio.Task[bytes] | None = None
         try:
@@ -164,7 +165,7 @@ class KafkaServer:
                             break
                         connection.receive_data(data)
                 elif isinstance(event, RequestReceived):
-                    outcome = await self._handle_request(event.header, event.body, client_host)
+                    outcome = await self._handle_request(event.header, event.body, session)
                     if isinstance(outcome, Deferred):
                         owed.append(asyncio.create_task(outcome.completion))
                         if len(owed) >= RESPONSES_OWED_MAX:
