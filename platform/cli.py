@@ -114,7 +114,13 @@ def _parser() -> argparse.ArgumentParser:
         "RIVERBED_LOG_FORMAT are --log-level's and --log-format's defaults, not broker settings.",
     )
     broker.add_argument("--id", type=int, dest="broker_id", help="broker.id")
-    broker.add_argument("--listen", metavar="HOST:PORT", help="listener address")
+    broker.add_argument(
+        "--listen",
+        action="append",
+        metavar="[NAME://]HOST:PORT",
+        help="a listener, in Kafka's syntax (SASL_SSL://127.0.0.1:9094); HOST:PORT alone is "
+        "PLAINTEXT; repeat for several (together they set `listeners`)",
+    )
     broker.add_argument("--data-dir", metavar="DIR", help="log.dirs: where partition logs live")
     broker.add_argument("--zookeeper", metavar="HOST:PORT[/CHROOT]", help="zookeeper.connect")
     broker.add_argument("--config", metavar="FILE", help="a .properties file with the same keys")
@@ -262,7 +268,9 @@ def broker_config_from_args(
     if args.broker_id is not None:
         settings["broker.id"] = str(args.broker_id)
     if args.listen:
-        settings["listeners"] = f"PLAINTEXT://{args.listen}"
+        settings["listeners"] = ",".join(
+            entry if "://" in entry else f"PLAINTEXT://{entry}" for entry in args.listen
+        )
     if args.data_dir:
         settings["log.dirs"] = args.data_dir
     if args.zookeeper:

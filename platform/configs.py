@@ -22,6 +22,10 @@ from pathlib import Path
 from typing import Final, Self, TypeVar
 
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.security.jaas import Credentials, JaasError, parse_credentials
+from riverbed.security.limits import ConnectionLimits
+from riverbed.security.listeners import ListenerError, ListenerSet, listener_set
+from riverbed.security.tls import TlsFiles
 
 log = logging.getLogger(__name__)
 
@@ -261,6 +265,44 @@ BROKER_ONLY_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
               LISTENERS),
     ConfigDef("advertised.listeners", _T.LIST, None, "addresses given to clients (default: "
               "listeners)", LISTENERS),
+    ConfigDef("listener.security.protocol.map", _T.LIST, tuple(
+                  f"{p}:{p}" for p in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+              "NAME:PROTOCOL pairs: the security protocol of each listener name",
+              Validator(lambda v: isinstance(v, tuple) and all(":" in i for i in v),
+                        "a comma-separated list of NAME:PROTOCOL")),
+    ConfigDef("inter.broker.listener.name", _T.STRING, None, "the listener brokers use to reach "
+              "each other (default: the first listener)"),
+    ConfigDef("ssl.keystore.type", _T.STRING, "PEM", "format of ssl.keystore.location",
+              one_of("PEM")),
+    ConfigDef("ssl.keystore.location", _T.STRING, None, "PEM file with this broker's "
+              "certificate chain and private key (SSL and SASL_SSL listeners)"),
+    ConfigDef("ssl.key.password", _T.STRING, None, "password of the private key in "
+              "ssl.keystore.location, if it is encrypted", sensitive=True),
+    ConfigDef("ssl.truststore.type", _T.STRING, "PEM", "format of ssl.truststore.location",
+              one_of("PEM")),
+    ConfigDef("ssl.truststore.location", _T.STRING, None, "PEM file with the CA certificates "
+              "that sign client certificates and the other brokers' certificates"),
+    ConfigDef("ssl.client.auth", _T.STRING, "none", "whether TLS listeners ask clients for a "
+              "certificate", one_of("none", "requested", "required")),
+    ConfigDef("ssl.endpoint.identification.algorithm", _T.STRING, "https", "https: check that "
+              "another broker's certificate names its host; empty: do not",
+              Validator(lambda v: v in ("https", ""), "https or an empty string")),
+    ConfigDef("sasl.mechanism.inter.broker.protocol", _T.STRING, "SCRAM-SHA-512", "SASL "
+              "mechanism brokers use with each other on a SASL inter-broker listener",
+              one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+    ConfigDef("sasl.jaas.config", _T.STRING, None, "the broker's own SASL credentials for "
+              "inter-broker connections, as a JAAS line: ... required username=\"u\" "
+              "password=\"p\";", sensitive=True),
+    ConfigDef("max.connections", _T.INT, INT_MAX, "connections the broker accepts at once over "
+              "all listeners; more are closed at once", at_least(1)),
+    ConfigDef("max.connections.per.ip", _T.INT, INT_MAX, "connections one IP address may hold "
+              "at once", at_least(1)),
+    ConfigDef("max.connections.per.ip.overrides", _T.LIST, (), "ip:count pairs overriding "
+              "max.connections.per.ip", Validator(
+                  lambda v: isinstance(v, tuple) and all(
+                      re.fullmatch(r"[^:,\s]+:\d+", i) for i in v), "a list of ip:count")),
+    ConfigDef("connections.max.idle.ms", _T.LONG, 600000, "a connection with no complete request "
+              "and nothing to answer for this long is closed", at_least(1)),
     ConfigDef("log.dirs", _T.LIST, ("/tmp/riverbed-logs",), "directories holding partition logs",
               Validator(lambda v: isinstance(v, tuple) and bool(v), "a list of directories")),
     ConfigDef("zookeeper.connect", _T.STRING, None, "host:port[,host:port][/chroot] of ZooKeeper",
@@ -479,6 +521,21 @@ class BrokerConfig:
     broker_rack: str | None
     listeners: tuple[str, ...]
     advertised_listeners: tuple[str, ...] | None
+    listener_security_protocol_map: tuple[str, ...]
+    inter_broker_listener_name: str | None
+    ssl_keystore_type: str
+    ssl_keystore_location: str | None
+    ssl_key_password: str | None
+    ssl_truststore_type: str
+    ssl_truststore_location: str | None
+    ssl_client_auth: str
+    ssl_endpoint_identification_algorithm: str
+    sasl_mechanism_inter_broker_protocol: str
+    sasl_jaas_config: str | None
+    max_connections: int
+    max_connections_per_ip: int
+    max_connections_per_ip_overrides: tuple[str, ...]
+    connections_max_idle_ms: int
     log_dirs: tuple[str, ...]
     zookeeper_connect: str
     zookeeper_session_timeout_ms: int
@@ -546,9 +603,11 @@ class BrokerConfig:
         parsed.update(_parse_all(BROKER_CONFIGS, known, "broker"))
         if parsed["zookeeper.connect"] is None:
             raise ConfigError("zookeeper.connect", "broker config 'zookeeper.connect' is required")
-        return _build(
+        config = _build(
             cls, BROKER_CONFIG_DEFS, parsed, explicit=frozenset(known), remote_storage_s3=s3
         )
+        config.check_security()
+        return config
 
     @classmethod
     def load_properties(cls, path: Path, *, allow_unknown: bool = False) -> Self:
@@ -558,6 +617,58 @@ class BrokerConfig:
     def value(self, name: str) -> ConfigPrimitive:
         value: ConfigPrimitive = getattr(self, BROKER_CONFIGS[name].attribute)
         return value
+
+    def check_security(self) -> None:
+        """The listener and SASL settings taken together; a ConfigError names the key."""
+        listeners = self.listener_set
+        inter_broker = next(b for b in listeners.bound if b.name == listeners.inter_broker)
+        if inter_broker.protocol.uses_sasl:
+            self.inter_broker_credentials  # noqa: B018 - raises if it does not parse
+
+    @property
+    def listener_set(self) -> ListenerSet:
+        """`listeners`, `advertised.listeners` and the inter-broker listener, checked together."""
+        try:
+            return listener_set(
+                self.listeners,
+                self.advertised_listeners,
+                self.listener_security_protocol_map,
+                self.inter_broker_listener_name,
+            )
+        except ListenerError as error:
+            raise ConfigError(error.key, str(error)) from None
+
+    @property
+    def tls_files(self) -> TlsFiles:
+        return TlsFiles(self.ssl_keystore_location, self.ssl_key_password,
+                        self.ssl_truststore_location)  # fmt: skip
+
+    @property
+    def inter_broker_credentials(self) -> Credentials:
+        """The broker's own SASL username and password, from `sasl.jaas.config`."""
+        if self.sasl_jaas_config is None:
+            raise ConfigError(
+                "sasl.jaas.config",
+                "a SASL inter-broker listener needs sasl.jaas.config with the broker's username "
+                "and password",
+            )
+        try:
+            return parse_credentials(self.sasl_jaas_config)
+        except JaasError as error:
+            raise ConfigError("sasl.jaas.config", str(error)) from None
+
+    @property
+    def connection_limits(self) -> ConnectionLimits:
+        overrides: dict[str, int] = {}
+        for entry in self.max_connections_per_ip_overrides:
+            host, _, count = entry.rpartition(":")
+            overrides[host] = int(count)
+        return ConnectionLimits(
+            max_connections=self.max_connections,
+            max_connections_per_ip=self.max_connections_per_ip,
+            per_ip_overrides=overrides,
+            idle_ms_max=self.connections_max_idle_ms,
+        )
 
     @property
     def advertised(self) -> tuple[str, ...]:

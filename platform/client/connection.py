@@ -29,6 +29,7 @@ from riverbed.protocol.connection import (
 )
 from riverbed.protocol.errors import ErrorCode, KafkaError, ProtocolDecodeError
 from riverbed.protocol.messages import RequestBody
+from riverbed.security.client import PLAINTEXT, ConnectionSecurity
 
 READ_CHUNK_BYTES = 256 * 1024
 # Requests written but not yet answered on one connection (Kafka's
@@ -71,10 +72,23 @@ class BrokerConnection:
 
     @classmethod
     async def open(
-        cls, host: str, port: int, *, client_id: str = "riverbed", timeout_ms: int = 10_000
+        cls,
+        host: str,
+        port: int,
+        *,
+        client_id: str = "riverbed",
+        timeout_ms: int = 10_000,
+        security: ConnectionSecurity = PLAINTEXT,
     ) -> BrokerConnection:
+        """Connect (with TLS if `security` says so), negotiate versions with ApiVersions, and
+        authenticate with SASL if `security` says so; `timeout_ms` bounds each step."""
         async with asyncio.timeout(timeout_ms / 1000):
-            reader, writer = await asyncio.open_connection(host, port)
+            reader, writer = await asyncio.open_connection(
+                host,
+                port,
+                ssl=security.ssl_context,
+                server_hostname=host if security.ssl_context is not None else None,
+            )
         connection = cls(reader, writer, client_id, (host, port))
         try:
             response = await connection._send(m.ApiVersionsRequest(), 0, timeout_ms)

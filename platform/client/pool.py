@@ -156,6 +156,7 @@ class BrokerPool:
                 port,
                 client_id=self.settings.client_id,
                 timeout_ms=self.settings.socket_connection_setup_timeout_ms,
+                security=self.settings.security,
             )
         except BaseException:
             self.cluster.mark_stale(f"connecting to {host}:{port} failed")

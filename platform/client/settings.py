@@ -21,6 +21,14 @@ from typing import Any, ClassVar, Final
 
 from riverbed.client.group.assignors import ASSIGNORS, COOPERATIVE_STICKY, RANGE
 from riverbed.protocol.compression import CompressionType
+from riverbed.security.client import (
+    SASL_MECHANISMS,
+    ConnectionSecurity,
+    SaslCredentials,
+    connection_security,
+)
+from riverbed.security.session import SecurityProtocol
+from riverbed.security.tls import TlsConfigError, TlsFiles
 
 INT32_MAX: Final = 2**31 - 1
 ACKS_ALL: Final = -1
@@ -117,6 +125,19 @@ def _bootstrap(name: str, value: object) -> tuple[tuple[str, int], ...]:
     return tuple(addresses)
 
 
+def _security_protocol(name: str, value: object) -> SecurityProtocol:
+    allowed = [protocol.value.lower() for protocol in SecurityProtocol]
+    if not isinstance(value, str) or value.lower() not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+    return SecurityProtocol(value.upper())
+
+
+def _sasl_mechanism(name: str, value: object) -> str:
+    if not isinstance(value, str) or value.upper() not in SASL_MECHANISMS:
+        raise ValueError(f"{name} must be one of {', '.join(SASL_MECHANISMS)}; got {value!r}")
+    return value.upper()
+
+
 SETTINGS: Final[dict[str, Setting]] = {
     # Every client
     "bootstrap_servers": Setting(None, _bootstrap, "brokers to ask for cluster metadata first"),
@@ -130,8 +151,36 @@ SETTINGS: Final[dict[str, Setting]] = {
         300_000, _int_in(0), "cluster metadata older than this is refreshed"
     ),
     "socket_connection_setup_timeout_ms": Setting(
-        10_000, _int_in(1), "how long to wait for a connection and its ApiVersions exchange"
+        10_000,
+        _int_in(1),
+        "how long to wait for a connection, its TLS handshake, ApiVersions and SASL exchange",
     ),
+    # Security (librdkafka's names)
+    "security_protocol": Setting(
+        SecurityProtocol.PLAINTEXT,
+        _security_protocol,
+        "plaintext, ssl, sasl_plaintext or sasl_ssl: how connections are secured",
+    ),
+    "ssl_ca_location": Setting(
+        None,
+        _optional_str,
+        "PEM file of the CA certificates that sign the brokers' (default: the system's)",
+    ),
+    "ssl_certificate_location": Setting(
+        None, _optional_str, "PEM file of this client's certificate, for brokers that ask"
+    ),
+    "ssl_key_location": Setting(
+        None, _optional_str, "PEM file of its private key (default: in ssl_certificate_location)"
+    ),
+    "ssl_key_password": Setting(None, _optional_str, "password of an encrypted private key"),
+    "ssl_endpoint_identification_algorithm": Setting(
+        "https", _choice("https", "none"), "https: check that a broker's certificate names its host"
+    ),
+    "sasl_mechanism": Setting(
+        "PLAIN", _sasl_mechanism, "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (sasl_* protocols)"
+    ),
+    "sasl_username": Setting(None, _optional_str, "the SASL user"),
+    "sasl_password": Setting(None, _optional_str, "its password"),
     # Producer
     "acks": Setting(ACKS_ALL, _acks, "0: no answer; 1: the leader wrote it; all: the ISR did"),
     "linger_ms": Setting(5, _int_in(0), "how long a batch waits for more records"),
@@ -194,6 +243,7 @@ class ClientSettings:
     CLIENT: ClassVar[str] = "client"
 
     explicit: frozenset[str]  # the names the user passed
+    security: ConnectionSecurity  # built from the security settings below, files already read
     bootstrap_servers: tuple[tuple[str, int], ...]
     client_id: str
     request_timeout_ms: int
@@ -201,10 +251,20 @@ class ClientSettings:
     retry_backoff_max_ms: int
     metadata_max_age_ms: int
     socket_connection_setup_timeout_ms: int
+    security_protocol: SecurityProtocol
+    ssl_ca_location: str | None
+    ssl_certificate_location: str | None
+    ssl_key_location: str | None
+    ssl_key_password: str | None
+    ssl_endpoint_identification_algorithm: str
+    sasl_mechanism: str
+    sasl_username: str | None
+    sasl_password: str | None
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls) if f.name != "explicit")
+        derived = ("explicit", "security")
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in derived)
 
     @classmethod
     def from_kwargs(cls, kwargs: Mapping[str, object]) -> Any:
@@ -224,7 +284,7 @@ class ClientSettings:
             raise ValueError(f'{cls.CLIENT} needs bootstrap_servers="host:port[,host:port...]"')
         explicit = frozenset(kwargs)
         cls._derive(values, explicit)
-        return cls(explicit=explicit, **values)
+        return cls(explicit=explicit, security=_connection_security(values), **values)
 
     @classmethod
     def _derive(cls, values: dict[str, Any], explicit: frozenset[str]) -> None:
@@ -341,3 +401,35 @@ def _unknown_message(client: str, name: str, names: tuple[str, ...]) -> str:
     close = close or difflib.get_close_matches(underscored, names, n=1, cutoff=0.6)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return f"{client} got an unknown setting {name!r}{hint}"
+
+
+def _connection_security(values: Mapping[str, Any]) -> ConnectionSecurity:
+    """TLS context and SASL credentials from the settings; a ValueError names the problem."""
+    protocol: SecurityProtocol = values["security_protocol"]
+    sasl = None
+    if protocol.uses_sasl:
+        if values["sasl_username"] is None or values["sasl_password"] is None:
+            raise ValueError(
+                f"security_protocol={protocol.value.lower()} needs sasl_username and sasl_password"
+            )
+        sasl = SaslCredentials(
+            values["sasl_mechanism"], values["sasl_username"], values["sasl_password"]
+        )
+    files = TlsFiles(
+        keystore_location=values["ssl_certificate_location"],
+        key_password=values["ssl_key_password"],
+        truststore_location=values["ssl_ca_location"],
+        key_location=values["ssl_key_location"],
+    )
+    check_hostname = values["ssl_endpoint_identification_algorithm"] == "https"
+    try:
+        return connection_security(protocol, files, check_hostname=check_hostname, sasl=sasl)
+    except TlsConfigError as error:
+        # The broker's names in the message would confuse a client's user: name ours.
+        client_names = {
+            "ssl.keystore.location": "ssl_certificate_location",
+            "ssl.truststore.location": "ssl_ca_location",
+        }
+        raise ValueError(
+            str(error).replace(error.key, client_names.get(error.key, error.key))
+        ) from None

@@ -156,12 +156,19 @@ def decode_uuid(text: str) -> uuid.UUID:
 
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
+    """A live broker: its advertised listeners (`LISTENER://host:port`) and what each speaks.
+
+    `host`/`port` repeat the first endpoint (Kafka keeps its PLAINTEXT endpoint there); readers
+    look endpoints up by the listener name a connection came in on (`endpoint`)."""
+
     broker_id: int  # from the znode name, not stored in the JSON (as in Kafka)
     host: str
     port: int
     endpoints: tuple[str, ...] = ()  # "LISTENER://host:port"; () means PLAINTEXT://host:port
     rack: str | None = None
     timestamp_ms: int = 0
+    # listener name -> security protocol; a listener missing here speaks PLAINTEXT
+    security_protocols: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if self.broker_id < 0:
@@ -170,6 +177,20 @@ class BrokerRegistration:
             raise ValueError(f"broker port must be in 1..65535, got {self.port}")
         if not self.endpoints:  # frozen: normalised once, so encode/decode round-trips
             object.__setattr__(self, "endpoints", (f"PLAINTEXT://{self.host}:{self.port}",))
+        protocols = {name: self.security_protocols.get(name, "PLAINTEXT") for name in self._names()}
+        object.__setattr__(self, "security_protocols", protocols)
+
+    def _names(self) -> list[str]:
+        return [endpoint.split("://", 1)[0] for endpoint in self.endpoints]
+
+    def endpoint(self, listener: str) -> tuple[str, int] | None:
+        """Host and port of `listener` on this broker; None if it has no such listener."""
+        for endpoint in self.endpoints:
+            name, _, address = endpoint.partition("://")
+            if name == listener:
+                host, _, port = address.rpartition(":")
+                return host, int(port)
+        return None
 
     def encode(self) -> bytes:
         return _dump(
@@ -178,9 +199,7 @@ class BrokerRegistration:
                 "host": self.host,
                 "port": self.port,
                 "endpoints": list(self.endpoints),
-                "listener_security_protocol_map": {
-                    endpoint.split("://", 1)[0]: "PLAINTEXT" for endpoint in self.endpoints
-                },
+                "listener_security_protocol_map": dict(self.security_protocols),
                 "jmx_port": -1,
                 "rack": self.rack,
                 "timestamp": str(self.timestamp_ms),
@@ -202,6 +221,7 @@ class BrokerRegistration:
                 endpoints=tuple(fields.string_list("endpoints")),
                 rack=rack,
                 timestamp_ms=fields.decimal_string("timestamp"),
+                security_protocols=fields.string_map("listener_security_protocol_map"),
             )
         except ValueError as error:
             if isinstance(error, MalformedZnodeError):
@@ -403,6 +423,15 @@ class _Fields:
 
     def integer_list(self, key: str) -> list[int]:
         return _int_list(self.path, key, self.values.get(key))
+
+    def string_map(self, key: str) -> dict[str, str]:
+        """A JSON object of strings; an absent key is an empty map (older registrations)."""
+        value = self.values.get(key, {})
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+        ):
+            raise MalformedZnodeError(self.path, f"field {key!r} must be an object of strings")
+        return dict(value)
 
     def string_list(self, key: str) -> list[str]:
         value = self.values.get(key)

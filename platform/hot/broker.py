@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from riverbed.hot.data_dir import check_data_dir_identity
 from riverbed.hot.dispatcher import Dispatcher
 from riverbed.hot.followers import monotonic_ms
 from riverbed.hot.handlers.context import BrokerContext, wall_clock_ms
+from riverbed.hot.inter_broker import InterBrokerDialer
 from riverbed.hot.isr import IsrManager
 from riverbed.hot.log import LogConfig
 from riverbed.hot.log_manager import LogManager
@@ -47,6 +49,8 @@ from riverbed.hot.retention import apply_retention
 from riverbed.hot.server import KafkaServer, ServerLimits
 from riverbed.log_events import event
 from riverbed.protocol.errors import KafkaError
+from riverbed.security.limits import ConnectionQuotas
+from riverbed.security.tls import ClientAuth, server_context
 
 log = logging.getLogger(__name__)
 
@@ -79,22 +83,24 @@ class Broker:
         self._election = ControllerElection(
             self._store, config.broker_id, on_change=self._controller.on_election_change
         )
-        self._fetchers = ReplicaFetcherManager(config.broker_id, self._cache)
+        self._dialer = InterBrokerDialer.from_config(config, self._cache)
+        self._fetchers = ReplicaFetcherManager(config.broker_id, self._cache, self._dialer)
         self._registration_task: asyncio.Task[None] | None = None
         # The zxid that created our current registration (Kafka's broker epoch, KIP-380).
         self._broker_epoch = 0
         self._applying_metadata = False
         self._log_manager: LogManager | None = None
-        self._server: KafkaServer | None = None
+        self._servers: list[KafkaServer] = []  # one per listener, in `listeners` order
         self._ctx: BrokerContext | None = None
         self._metrics_server: MetricsServer | None = None
         self._exit_stack = contextlib.AsyncExitStack()
 
     @property
     def port(self) -> int:
-        if self._server is None:
+        """The bound port of the first listener."""
+        if not self._servers:
             return self.config.port
-        return self._server.port
+        return self._servers[0].port
 
     @property
     def metrics_port(self) -> int | None:
@@ -106,6 +112,8 @@ class Broker:
         after a failed start unwinds exactly what was started."""
         config = self.config
         stack = self._exit_stack
+        # Before anything starts: a bad keystore is a one-line error, not a failing handshake.
+        ssl_contexts = self._ssl_contexts()
         data_dir = Path(config.log_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         # Local logs first: recovery must finish before anything is served.
@@ -148,12 +156,7 @@ class Broker:
             metrics=metrics,
             controller=self._controller,
         )
-        self._server = KafkaServer(
-            config.host,
-            config.port,
-            Dispatcher(self._ctx),
-            ServerLimits(socket_request_max_bytes=config.socket_request_max_bytes),
-        )
+        self._servers = self._listener_servers(Dispatcher(self._ctx), ssl_contexts)
         if config.remote_storage_url is not None:
             # Imported here: pyarrow and aiobotocore load only on brokers that tier.
             from riverbed.tiering.service import TieredStorage
@@ -176,8 +179,9 @@ class Broker:
         self._applying_metadata = True
         self._apply_metadata()
         await isr_manager.start()
-        await self._server.start()
-        stack.push_async_callback(self._server.stop)
+        for server in self._servers:
+            await server.start()
+            stack.push_async_callback(server.stop)
         if self._ctx.tiering is not None:
             await self._ctx.tiering.start()
             stack.push_async_callback(self._ctx.tiering.stop)
@@ -211,10 +215,10 @@ class Broker:
     async def stop(self) -> None:
         """Clean shutdown: hand leaderships over (controlled shutdown), stop serving, leave the
         cluster, close logs with a clean marker."""
-        if self._server is not None:
+        if self._servers:
             try:
                 await request_controlled_shutdown(
-                    self._cache, self.config.broker_id, self._controller
+                    self._cache, self.config.broker_id, self._controller, self._dialer
                 )
                 # Kafka's StopReplica: stop fetching, or the leaders would put this broker back
                 # into their ISRs and its exit would cost every partition a second ISR change.
@@ -249,13 +253,44 @@ class Broker:
         effective = effective_topic_config(self.config, overrides)
         return LogConfig.from_topic_config({k: v.value for k, v in effective.items() if v.value})
 
+    def _ssl_contexts(self) -> dict[str, ssl.SSLContext]:
+        """The TLS context of each TLS listener, by listener name (one, shared)."""
+        config = self.config
+        tls_listeners = [li.name for li in config.listener_set.bound if li.protocol.uses_tls]
+        if not tls_listeners:
+            return {}
+        context = server_context(config.tls_files, ClientAuth(config.ssl_client_auth))
+        return dict.fromkeys(tls_listeners, context)
+
+    def _listener_servers(
+        self, dispatcher: Dispatcher, ssl_contexts: Mapping[str, ssl.SSLContext]
+    ) -> list[KafkaServer]:
+        """A server per listener, sharing the connection quotas."""
+        config = self.config
+        limits = ServerLimits(
+            socket_request_max_bytes=config.socket_request_max_bytes,
+            idle_ms_max=config.connections_max_idle_ms,
+        )
+        quotas = ConnectionQuotas(config.connection_limits)
+        return [
+            KafkaServer(
+                listener, dispatcher, limits, quotas, ssl_context=ssl_contexts.get(listener.name)
+            )
+            for listener in config.listener_set.bound
+        ]
+
     async def _register(self) -> None:
         """(Re-)create our registration; a new timestamp tells the controller this is a new
         incarnation of the broker, whose old leaderships must move."""
-        host, port = self.config.advertised_host_port
+        advertised = self.config.listener_set.advertised
         self._broker_epoch = await self._store.register_broker(
             BrokerRegistration(
-                broker_id=self.config.broker_id, host=host, port=port, timestamp_ms=wall_clock_ms()
+                broker_id=self.config.broker_id,
+                host=advertised[0].host,
+                port=advertised[0].port,
+                endpoints=tuple(str(listener) for listener in advertised),
+                security_protocols={li.name: li.protocol.value for li in advertised},
+                timestamp_ms=wall_clock_ms(),
             )
         )
 

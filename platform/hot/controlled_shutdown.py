@@ -14,9 +14,9 @@ import asyncio
 import logging
 from typing import Final
 
-from riverbed.client.connection import BrokerConnection
 from riverbed.coordination.controller import Controller, TopicPartition
 from riverbed.coordination.metadata_cache import MetadataCache
+from riverbed.hot.inter_broker import InterBrokerDialer
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError, ProtocolDecodeError
 
@@ -35,6 +35,7 @@ async def request_controlled_shutdown(
     cache: MetadataCache,
     broker_id: int,
     local_controller: Controller,
+    dialer: InterBrokerDialer,
     *,
     attempts_max: int = CONTROLLED_SHUTDOWN_ATTEMPTS_MAX,
     timeout_ms: int = CONTROLLER_SOCKET_TIMEOUT_MS,
@@ -47,7 +48,7 @@ async def request_controlled_shutdown(
     for attempt in range(1, attempts_max + 1):
         try:
             async with asyncio.timeout(timeout_ms / 1000):
-                remaining = await _attempt(cache, broker_id, local_controller, timeout_ms)
+                remaining = await _attempt(cache, broker_id, local_controller, dialer, timeout_ms)
         # ConnectionError (refused, closed) is an OSError; a garbled answer is worth a retry too.
         except (KafkaError, OSError, TimeoutError, ProtocolDecodeError) as error:
             log.info("controlled shutdown attempt %d/%d failed: %s", attempt, attempts_max, error)
@@ -69,7 +70,11 @@ async def request_controlled_shutdown(
 
 
 async def _attempt(
-    cache: MetadataCache, broker_id: int, local_controller: Controller, timeout_ms: int
+    cache: MetadataCache,
+    broker_id: int,
+    local_controller: Controller,
+    dialer: InterBrokerDialer,
+    timeout_ms: int,
 ) -> list[TopicPartition]:
     if local_controller.active:
         return await local_controller.controlled_shutdown(broker_id)
@@ -77,16 +82,8 @@ async def _attempt(
     if controller_id is None or controller_id == broker_id:
         # None elected yet, or our own election just ended: the next attempt finds the new one.
         raise KafkaError(ErrorCode.NOT_CONTROLLER, "no active controller to ask")
-    registration = cache.broker(controller_id)
-    if registration is None:
-        raise KafkaError(
-            ErrorCode.BROKER_NOT_AVAILABLE, f"controller {controller_id} is not registered"
-        )
-    connection = await BrokerConnection.open(
-        registration.host,
-        registration.port,
-        client_id=f"broker-{broker_id}-controlled-shutdown",
-        timeout_ms=timeout_ms,
+    connection = await dialer.open(
+        controller_id, client_id=f"broker-{broker_id}-controlled-shutdown", timeout_ms=timeout_ms
     )
     try:
         response = await connection.call(

@@ -88,7 +88,7 @@ class Dispatcher:
             case m.ListOffsetsRequest():
                 return await handle_list_offsets(ctx, body)
             case m.MetadataRequest():
-                return await handle_metadata(ctx, body, version)
+                return await handle_metadata(ctx, body, version, session.listener)
             case m.ApiVersionsRequest():
                 return await handle_api_versions(body)
             case m.CreateTopicsRequest():
@@ -98,7 +98,7 @@ class Dispatcher:
             case m.DescribeConfigsRequest():
                 return await handle_describe_configs(ctx, body, version)
             case m.FindCoordinatorRequest():
-                return await handle_find_coordinator(ctx, body, version)
+                return await handle_find_coordinator(ctx, body, version, session.listener)
             case m.AlterConfigsRequest():
                 return await handle_alter_configs(ctx, body)
             case m.IncrementalAlterConfigsRequest():

@@ -24,6 +24,7 @@ from typing import Final
 
 from riverbed.client.connection import BrokerConnection
 from riverbed.coordination.metadata_cache import MetadataCache
+from riverbed.hot.inter_broker import InterBrokerDialer
 from riverbed.hot.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from riverbed.hot.log import OffsetOutOfOrderError
 from riverbed.hot.partitions import NO_LEADER, Partition
@@ -75,12 +76,18 @@ class LeaderFetcher:
     """Copies the partitions this broker follows from one leader broker."""
 
     def __init__(
-        self, leader_id: int, broker_id: int, cache: MetadataCache, quota: ReplicationQuota
+        self,
+        leader_id: int,
+        broker_id: int,
+        cache: MetadataCache,
+        quota: ReplicationQuota,
+        dialer: InterBrokerDialer,
     ) -> None:
         self.leader_id = leader_id
         self._broker_id = broker_id
         self._cache = cache
         self._quota = quota
+        self._dialer = dialer
         self._followed: dict[tuple[str, int], _Followed] = {}
         self._changed = asyncio.Event()
         self._connection: BrokerConnection | None = None
@@ -149,14 +156,8 @@ class LeaderFetcher:
     async def _connect(self) -> BrokerConnection:
         if self._connection is not None and not self._connection.closed:
             return self._connection
-        registration = self._cache.broker(self.leader_id)
-        if registration is None:
-            raise KafkaError(
-                ErrorCode.LEADER_NOT_AVAILABLE, f"leader {self.leader_id} is not registered"
-            )
-        self._connection = await BrokerConnection.open(
-            registration.host,
-            registration.port,
+        self._connection = await self._dialer.open(
+            self.leader_id,
             client_id=f"riverbed-replica-{self._broker_id}",
             timeout_ms=REPLICA_SOCKET_TIMEOUT_MS,
         )
@@ -393,9 +394,10 @@ class LeaderFetcher:
 class ReplicaFetcherManager:
     """The fetchers of this broker, one per leader it follows; owned by the broker."""
 
-    def __init__(self, broker_id: int, cache: MetadataCache) -> None:
+    def __init__(self, broker_id: int, cache: MetadataCache, dialer: InterBrokerDialer) -> None:
         self._broker_id = broker_id
         self._cache = cache
+        self._dialer = dialer
         self._quota = ReplicationQuota(broker_id, cache)
         self._fetchers: dict[int, LeaderFetcher] = {}
         self._by_partition: dict[tuple[str, int], LeaderFetcher] = {}
@@ -417,7 +419,7 @@ class ReplicaFetcherManager:
         fetcher = self._fetchers.get(leader_id)
         if fetcher is None:
             fetcher = self._fetchers[leader_id] = LeaderFetcher(
-                leader_id, self._broker_id, self._cache, self._quota
+                leader_id, self._broker_id, self._cache, self._quota, self._dialer
             )
         fetcher.add(partition)
         self._by_partition[key] = fetcher

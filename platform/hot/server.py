@@ -1,4 +1,5 @@
-"""The asyncio TCP server: moves bytes between sockets and the sans-IO protocol connection.
+"""The asyncio TCP server of one listener: moves bytes between sockets and the sans-IO protocol
+connection.
 
 Per connection, one task reads, asks the `ServerConnection` for complete requests and handles them
 one at a time, in order, as Kafka does. One exception: a handler may answer with a `Deferred`
@@ -10,6 +11,13 @@ one frame (`socket.request.max.bytes`), one read, and RESPONSES_OWED_MAX deferre
 
 Record data in Fetch responses arrives as `FileRegion`s and is written with `loop.sendfile`, which
 uses `os.sendfile` on plaintext sockets: the kernel copies segment bytes straight to the socket.
+On TLS listeners the bytes must pass through the encryption, so a region is read into one
+reused buffer and written from it (`_write_region_tls`): one copy out of the page cache, no
+per-chunk allocation, no thread hop.
+
+Connections are bounded broker-wide and per IP address (`ConnectionQuotas`, shared by every
+listener), and a connection that sends no complete request for `connections.max.idle.ms` while
+it is owed nothing is closed: that also ends a slow-loris client trickling a frame's bytes.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -36,7 +45,10 @@ from riverbed.protocol.connection import (
 )
 from riverbed.protocol.messages import RequestBody
 from riverbed.protocol.regions import FileRegion
-from riverbed.security.session import Session, anonymous_session
+from riverbed.security.limits import ConnectionQuotas
+from riverbed.security.listeners import Listener
+from riverbed.security.session import ANONYMOUS, Session
+from riverbed.security.tls import certificate_principal
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +58,15 @@ READ_CHUNK_BYTES = 256 * 1024
 # How long a clean shutdown waits for in-flight requests before closing connections.
 SHUTDOWN_GRACE_S = 5.0
 # Deferred responses one connection may owe before it stops reading: above a producer's
-# max.in.flight.requests.per.connection (5 with idempotence), so producers never hit it.
+# max.in.flight.requests.per.connection (5 with idempotence), so producers never hit it. With
+# the one request being handled, this bounds a connection's requests in flight.
 RESPONSES_OWED_MAX = 16
+# A TLS handshake not finished in this time is dropped (asyncio's default is 60 s); handshakes
+# happen before a connection counts against max.connections, so keep it short.
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+# Bytes a TLS listener reads from a segment per write: large enough to amortise the encryption
+# call, small enough to keep one buffer per connection cheap.
+TLS_REGION_CHUNK_BYTES = 256 * 1024
 
 Chunk = bytes | FileRegion
 # A response's encoded chunks, or None when the request gets no response (Produce acks=0).
@@ -69,6 +88,7 @@ RequestHandler = Callable[[RequestHeader, RequestBody, Session], Awaitable[Respo
 @dataclass(frozen=True, slots=True)
 class ServerLimits:
     socket_request_max_bytes: int = 100 * 1024 * 1024
+    idle_ms_max: int = 600_000  # connections.max.idle.ms
 
 
 class KafkaServer:
@@ -76,15 +96,22 @@ class KafkaServer:
 
     def __init__(
         self,
-        host: str,
-        port: int,
+        listener: Listener,
         handle_request: RequestHandler,
         limits: ServerLimits,
+        quotas: ConnectionQuotas,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        self._host = host
-        self._port = port
+        if listener.protocol.uses_tls != (ssl_context is not None):
+            raise ValueError(f"listener {listener.name} ({listener.protocol.value}): TLS mismatch")
+        self.listener = listener
+        self._host = listener.host
+        self._port = listener.port
         self._handle_request = handle_request
         self._limits = limits
+        self._quotas = quotas
+        self._ssl_context = ssl_context
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         # Every connection's reader: a shutdown ends each one's input, so connections stop
@@ -100,7 +127,12 @@ class KafkaServer:
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
-            self._on_connect, self._host, self._port, reuse_address=True
+            self._on_connect,
+            self._host,
+            self._port,
+            reuse_address=True,
+            ssl=self._ssl_context,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if self._ssl_context else None,
         )
 
     async def stop(self) -> None:
@@ -120,31 +152,59 @@ class KafkaServer:
             await self._server.wait_closed()
 
     async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        client_host = str(peer[0]) if isinstance(peer, tuple) else ""
+        refused = self._quotas.admit(client_host)
+        if refused is not None:
+            log_event(
+                log,
+                logging.WARNING,
+                "client.connection_refused",
+                client=str(peer),
+                listener=self.listener.name,
+                reason=refused,
+            )
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
         self._readers[task] = reader
-        peer = writer.get_extra_info("peername")
         try:
-            await self._serve(reader, writer)
+            await self._serve(reader, writer, self._session(writer, client_host))
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             log.debug("connection from %s ended: %s", peer, exc)
         except Exception:
             # A bug in a handler must cost one connection, never the broker.
             log.exception("closing connection from %s after an unexpected error", peer)
         finally:
+            self._quotas.release(client_host)
             self._connections.discard(task)
             self._readers.pop(task, None)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _session(self, writer: asyncio.StreamWriter, client_host: str) -> Session:
+        """The connection's identity before any SASL exchange: a TLS client certificate's
+        subject on TLS listeners (Kafka's default principal builder), else ANONYMOUS."""
+        principal = ANONYMOUS
+        if self._ssl_context is not None:
+            principal = certificate_principal(writer.get_extra_info("peercert"))
+        return Session(principal, client_host, self.listener.name, self.listener.protocol)
+
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: Session
+    ) -> None:
         connection = ServerConnection(max_frame_bytes=self._limits.socket_request_max_bytes)
         peer = writer.get_extra_info("peername")
-        session = anonymous_session(str(peer[0]) if isinstance(peer, tuple) else "")
         owed: deque[asyncio.Task[Response]] = deque()  # deferred responses, in request order
         reading: asyncio.Task[bytes] | None = None
+        loop = asyncio.get_running_loop()
+        idle_s_max = self._limits.idle_ms_max / 1000
+        last_activity_s = loop.time()
         try:
             while True:
                 event = connection.next_event()
@@ -156,15 +216,31 @@ class KafkaServer:
                     waits: set[asyncio.Future[Any]] = {reading}
                     if owed:
                         waits.add(owed[0])
-                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                    # Idle means: nothing owed to the client and no complete request from it.
+                    timeout_s = None if owed else last_activity_s + idle_s_max - loop.time()
+                    done, _ = await asyncio.wait(
+                        waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    if not done:
+                        log_event(
+                            log,
+                            logging.INFO,
+                            "client.connection_idle",
+                            client=str(peer),
+                            listener=self.listener.name,
+                            idle_ms=self._limits.idle_ms_max,
+                        )
+                        break
                     while owed and owed[0].done():
                         await _write_response(writer, owed.popleft().result())
+                        last_activity_s = loop.time()
                     if reading.done():
                         data, reading = reading.result(), None
                         if not data:
                             break
                         connection.receive_data(data)
                 elif isinstance(event, RequestReceived):
+                    last_activity_s = loop.time()
                     outcome = await self._handle_request(event.header, event.body, session)
                     if isinstance(outcome, Deferred):
                         owed.append(asyncio.create_task(outcome.completion))
@@ -212,15 +288,22 @@ async def _write_response(writer: asyncio.StreamWriter, response: Response) -> N
 
 
 async def write_chunks(writer: asyncio.StreamWriter, chunks: list[Chunk]) -> None:
-    """Write a response: bytes through the transport, file regions with sendfile.
+    """Write a response: bytes through the transport, file regions with sendfile (or, on TLS,
+    through one reused buffer).
 
     Every region is closed afterwards whatever happens: its fd was duplicated for this response.
     """
     loop = asyncio.get_running_loop()
+    tls = writer.get_extra_info("sslcontext") is not None
+    buffer: bytearray | None = None
     try:
         for index, chunk in enumerate(chunks):
             if isinstance(chunk, FileRegion):
                 if chunk.size == 0:
+                    continue
+                if tls:
+                    buffer = buffer or bytearray(min(chunk.size, TLS_REGION_CHUNK_BYTES))
+                    await _write_region_tls(writer, chunk, buffer)
                     continue
                 # The region owns its fd (closed below); the file object only borrows it.
                 # loop.sendfile seeks the fd, which is harmless: the log appends with O_APPEND
@@ -239,3 +322,27 @@ async def write_chunks(writer: asyncio.StreamWriter, chunks: list[Chunk]) -> Non
         for chunk in chunks:
             if isinstance(chunk, FileRegion):
                 chunk.close()
+
+
+async def _write_region_tls(
+    writer: asyncio.StreamWriter, region: FileRegion, buffer: bytearray
+) -> None:
+    """A file region through a TLS transport: pread into `buffer`, encrypt from it, repeat.
+
+    The SSL transport encrypts what `write` is given before returning (asyncio's own sendfile
+    fallback relies on the same), so the buffer can be refilled once the transport drained.
+    """
+    view = memoryview(buffer)
+    position, remaining = region.position, region.size
+    while remaining > 0:
+        if writer.transport.is_closing():
+            raise ConnectionResetError("the client closed the connection")
+        read = os.preadv(region.fd, [view[: min(remaining, len(view))]], position)
+        if read == 0:
+            # The segment is shorter than the region the handler measured: a truncation raced
+            # the read. The frame's length is already on the wire, so the connection must end.
+            raise ConnectionAbortedError(f"segment ended {remaining} bytes early")
+        writer.write(view[:read])
+        await writer.drain()
+        position += read
+        remaining -= read

@@ -16,6 +16,7 @@ from riverbed.coordination.metadata import ClusterMetadataStore
 from riverbed.coordination.metadata_cache import MetadataCache, MetadataWatcher
 from riverbed.coordination.zk import AsyncZooKeeper
 from riverbed.hot.controlled_shutdown import request_controlled_shutdown
+from riverbed.hot.inter_broker import InterBrokerDialer
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode
 
@@ -74,8 +75,9 @@ async def test_controlled_shutdown_moves_leaderships(
 
         # Its own Controller is not the active one, so the request goes to the controller.
         local = Controller(store, cache, leaving, lambda _topic: False)
+        dialer = InterBrokerDialer(cache, "PLAINTEXT")
         assert await request_controlled_shutdown(
-            cache, leaving, local, timeout_ms=REQUEST_TIMEOUT_MS
+            cache, leaving, local, dialer, timeout_ms=REQUEST_TIMEOUT_MS
         )
 
         after = await describe_until(

@@ -22,6 +22,7 @@ from riverbed.coordination.metadata import ClusterMetadataStore
 from riverbed.coordination.metadata_cache import MetadataCache, MetadataChange, MetadataWatcher
 from riverbed.coordination.zk import AsyncZooKeeper, CreateOp, DeleteOp
 from riverbed.hot.controlled_shutdown import request_controlled_shutdown
+from riverbed.hot.inter_broker import InterBrokerDialer
 from riverbed.protocol.errors import ErrorCode, KafkaError
 
 from tests.support.zookeeper import expire_session
@@ -376,13 +377,14 @@ async def test_request_controlled_shutdown_retries_then_gives_up(cluster: Cluste
 
     # Broker 1 is the controller itself: the local controller answers, "t" cannot move.
     started = time.monotonic()
+    dialer = InterBrokerDialer(node.cache, "PLAINTEXT")
     moved = await request_controlled_shutdown(
-        node.cache, 1, node.controller, attempts_max=2, retry_backoff_ms=200
+        node.cache, 1, node.controller, dialer, attempts_max=2, retry_backoff_ms=200
     )
     assert not moved and time.monotonic() - started >= 0.2
 
     await set_state(cluster, "t", 1, (1, 2))  # broker 2 caught up
-    assert await request_controlled_shutdown(node.cache, 1, node.controller, attempts_max=2)
+    assert await request_controlled_shutdown(node.cache, 1, node.controller, dialer, attempts_max=2)
     state = await state_of(cluster, "t")
     assert (state.leader, state.isr) == (2, (2,))
 

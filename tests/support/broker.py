@@ -7,8 +7,9 @@ succeeds is the readiness signal. Its stdout and stderr go to one file per start
 dir, and the tail of that file is part of every failure message.
 
 Fixtures (they need a `zk_connect` fixture: "127.0.0.1:port/chroot", one chroot per test):
-- `broker_factory(settings=None, *, broker_id=1) -> BrokerProcess`: start a ready broker with extra
-  `--set key=value` settings (Kafka's config names);
+- `broker_factory(settings=None, *, broker_id=1, listeners=("PLAINTEXT",)) -> BrokerProcess`:
+  start a ready broker with extra `--set key=value` settings (Kafka's config names), one
+  `--listen NAME://127.0.0.1:port` per listener name (`address(name)` tells its address);
 - `broker`: one fresh broker per test with default settings.
 Every process a fixture started is SIGKILLed at teardown, whatever the test's outcome.
 """
@@ -61,6 +62,7 @@ class BrokerProcess:
         log_dir: Path,
         settings: Mapping[str, str] | None = None,
         extra_args: Sequence[str] = (),
+        listeners: Sequence[str] = ("PLAINTEXT",),
     ) -> None:
         self.broker_id = broker_id
         self.extra_args = tuple(extra_args)
@@ -68,7 +70,9 @@ class BrokerProcess:
         self.data_dir = data_dir
         self.log_dir = log_dir
         self.settings = dict(settings or {})
-        self.port = free_port()
+        # Listener name -> port; the first listener is `port` / `bootstrap`.
+        self.ports = {name: free_port() for name in listeners}
+        self.port = self.ports[listeners[0]]
         self.starts = 0
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -76,6 +80,10 @@ class BrokerProcess:
     @property
     def bootstrap(self) -> str:
         return f"{HOST}:{self.port}"
+
+    def address(self, listener: str) -> str:
+        """host:port of the listener named `listener`."""
+        return f"{HOST}:{self.ports[listener]}"
 
     @property
     def pid(self) -> int:
@@ -103,8 +111,7 @@ class BrokerProcess:
             "broker",
             "--id",
             str(self.broker_id),
-            "--listen",
-            self.bootstrap,
+            *(arg for name in self.ports for arg in ("--listen", f"{name}://{self.address(name)}")),
             "--data-dir",
             str(self.data_dir),
             "--zookeeper",
@@ -142,8 +149,11 @@ class BrokerProcess:
                     f"{self.bootstrap}\n{self.describe_log()}"
                 )
             try:
-                with socket.create_connection((HOST, self.port), timeout=PROBE_TIMEOUT_S):
-                    return
+                # Listeners are bound one after another: ready once every one accepts.
+                for port in self.ports.values():
+                    with socket.create_connection((HOST, port), timeout=PROBE_TIMEOUT_S):
+                        pass
+                return
             except OSError:
                 pass
             if time.monotonic() > deadline:
@@ -236,7 +246,11 @@ class BrokerProcess:
 
 class BrokerFactory(Protocol):
     def __call__(
-        self, settings: Mapping[str, str] | None = None, *, broker_id: int = 1
+        self,
+        settings: Mapping[str, str] | None = None,
+        *,
+        broker_id: int = 1,
+        listeners: Sequence[str] = ("PLAINTEXT",),
     ) -> BrokerProcess: ...
 
 
@@ -246,7 +260,10 @@ def broker_factory(zk_connect: str, tmp_path: Path) -> Iterator[BrokerFactory]:
     brokers: dict[int, BrokerProcess] = {}
 
     def start_broker(
-        settings: Mapping[str, str] | None = None, *, broker_id: int = 1
+        settings: Mapping[str, str] | None = None,
+        *,
+        broker_id: int = 1,
+        listeners: Sequence[str] = ("PLAINTEXT",),
     ) -> BrokerProcess:
         if broker_id in brokers:
             raise ValueError(f"broker {broker_id} already started in this test; restart() it")
@@ -257,6 +274,7 @@ def broker_factory(zk_connect: str, tmp_path: Path) -> Iterator[BrokerFactory]:
             data_dir=home / "data",
             log_dir=home,
             settings=settings,
+            listeners=listeners,
         )
         brokers[broker_id] = broker
         broker.start()

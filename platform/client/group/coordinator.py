@@ -131,6 +131,7 @@ class CoordinatorLink:
                     port,
                     client_id=self._settings.client_id,
                     timeout_ms=self._settings.socket_connection_setup_timeout_ms,
+                    security=self._settings.security,
                 )
             except (OSError, TimeoutError, RetriableError) as error:
                 failures += 1

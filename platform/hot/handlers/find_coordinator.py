@@ -20,10 +20,11 @@ KEY_TYPE_TRANSACTION: Final = 1
 
 
 async def handle_find_coordinator(
-    ctx: BrokerContext, request: m.FindCoordinatorRequest, version: int
+    ctx: BrokerContext, request: m.FindCoordinatorRequest, version: int, listener: str
 ) -> m.FindCoordinatorResponse:
+    """Coordinators are named by their address on `listener`, the one the request came in on."""
     keys = request.coordinator_keys if version >= 4 else [request.key]
-    found = [await _find(ctx, request.key_type, key) for key in keys]
+    found = [await _find(ctx, request.key_type, key, listener) for key in keys]
     if version >= 4:
         return m.FindCoordinatorResponse(coordinators=found)
     (only,) = found
@@ -36,7 +37,7 @@ async def handle_find_coordinator(
     )
 
 
-async def _find(ctx: BrokerContext, key_type: int, key: str) -> Coordinator:
+async def _find(ctx: BrokerContext, key_type: int, key: str, listener: str) -> Coordinator:
     try:
         if key_type == KEY_TYPE_TRANSACTION:
             raise KafkaError(
@@ -45,10 +46,15 @@ async def _find(ctx: BrokerContext, key_type: int, key: str) -> Coordinator:
         if key_type != KEY_TYPE_GROUP:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
         broker = await ctx.groups.find(key)
+        endpoint = broker.endpoint(listener)
+        if endpoint is None:
+            raise KafkaError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                f"the coordinator (broker {broker.broker_id}) has no listener {listener}",
+            )
     except KafkaError as error:
         return Coordinator(
             key=key, node_id=-1, host="", port=-1, error_code=error.code, error_message=str(error)
         )
-    return Coordinator(
-        key=key, node_id=broker.broker_id, host=broker.host, port=broker.port, error_message=None
-    )
+    host, port = endpoint
+    return Coordinator(key=key, node_id=broker.broker_id, host=host, port=port, error_message=None)

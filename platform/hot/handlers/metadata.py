@@ -29,8 +29,11 @@ AUTO_CREATE_WAIT_S = 1.0
 
 
 async def handle_metadata(
-    ctx: BrokerContext, request: m.MetadataRequest, version: int
+    ctx: BrokerContext, request: m.MetadataRequest, version: int, listener: str
 ) -> m.MetadataResponse:
+    """`listener` is the name of the listener the request came in on: every broker is
+    described by its address on that listener (Kafka's rule), and a broker without one is left
+    out."""
     names = _requested_names(ctx, request, version)
     allow_auto_create = request.allow_auto_topic_creation if version >= 4 else True
     created = await _auto_create(ctx, names, allow_auto_create)
@@ -43,11 +46,14 @@ async def handle_metadata(
         if request.include_topic_authorized_operations:
             topic.topic_authorized_operations = TOPIC_OPERATIONS_ALL
         topics.append(topic)
+    brokers = []
+    for broker in sorted(live.values(), key=lambda b: b.broker_id):
+        endpoint = broker.endpoint(listener)
+        if endpoint is not None:
+            host, port = endpoint
+            brokers.append(Broker(node_id=broker.broker_id, host=host, port=port, rack=broker.rack))
     return m.MetadataResponse(
-        brokers=[
-            Broker(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-            for b in sorted(live.values(), key=lambda b: b.broker_id)
-        ],
+        brokers=brokers,
         cluster_id=ctx.cache.cluster_id,
         controller_id=ctx.cache.controller_id if ctx.cache.controller_id is not None else -1,
         topics=topics,
