@@ -115,9 +115,12 @@ class Broker:
         settings: Mapping[str, str],
         log_path: Path,
         broker_id: int = 1,
+        listeners: tuple[str, ...] = ("PLAINTEXT",),
     ) -> None:
         self.data_dir = data_dir
-        self.port = free_port()
+        # Listener name -> port; the first is `port` / `bootstrap`.
+        self.ports = {name: free_port() for name in listeners}
+        self.port = self.ports[listeners[0]]
         self._zookeeper = zookeeper
         self._settings = dict(settings)
         self._log_path = log_path
@@ -132,6 +135,9 @@ class Broker:
     def bootstrap(self) -> str:
         return f"{HOST}:{self.port}"
 
+    def address(self, listener: str) -> str:
+        return f"{HOST}:{self.ports[listener]}"
+
     @property
     def pid(self) -> int:
         return self._running().pid
@@ -140,7 +146,7 @@ class Broker:
         command = [
             sys.executable, "-m", "riverbed.cli", "broker",
             "--id", str(self.broker_id),
-            "--listen", self.bootstrap,
+            *(a for name in self.ports for a in ("--listen", f"{name}://{self.address(name)}")),
             "--data-dir", str(self.data_dir),
             "--zookeeper", self._zookeeper,
         ]  # fmt: skip
@@ -174,7 +180,8 @@ class Broker:
 
     def wait_ready(self, timeout_s: float) -> float:
         """Wait for the spawned broker's port; returns seconds from spawn to accepting."""
-        wait_until_accepting(self._spawned(), self.port, timeout_s, self._log_path)
+        for port in self.ports.values():  # listeners are bound one after another
+            wait_until_accepting(self._spawned(), port, timeout_s, self._log_path)
         return time.perf_counter() - self._spawned_at
 
     def terminate(self) -> int:

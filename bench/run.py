@@ -28,6 +28,7 @@ from bench import (
     spark,
     startup,
     tiering,
+    tls,
 )
 from bench.machine import machine_info
 from bench.options import BenchOptions, BenchResult
@@ -41,6 +42,7 @@ BENCHMARKS: dict[str, Callable[[BenchOptions], BenchResult]] = {
     tiering.NAME: tiering.run,
     spark.NAME: spark.run,
     compaction.NAME: compaction.run,
+    tls.NAME: tls.run,
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 # Scratch data dirs live here (git-ignored): on the repository's disk, deleted after each run.

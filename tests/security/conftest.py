@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.certs import Pki, make_pki
+from tools.pki import Pki, make_pki
 
 
 @pytest.fixture(scope="session")

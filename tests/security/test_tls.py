@@ -24,7 +24,7 @@ from riverbed import Admin, Consumer, Producer, TopicPartition
 from riverbed.client.connection import ConnectionClosedError
 
 from tests.support.broker import BrokerFactory, BrokerProcess, BrokerStartError
-from tests.support.certs import BROKER_KEY_PASSWORD, Pki
+from tools.pki import BROKER_KEY_PASSWORD, Pki
 
 KCAT: Final = "/usr/bin/kcat"
 TIMEOUT_S: Final = 30.0

@@ -1,11 +1,16 @@
-"""Test PKI: a CA, a broker certificate for 127.0.0.1 and localhost, and client certificates,
-written as the PEM files a user would give Riverbed (`ssl.keystore.location` = certificate chain
-plus key in one file, `ssl.truststore.location` = the CA)."""
+"""A throwaway PKI for tests, benchmarks and trying TLS locally: a CA, a broker certificate for
+127.0.0.1 and localhost, and a client certificate, written as the PEM files a user gives Riverbed
+(`ssl.keystore.location` = certificate chain plus key in one file, `ssl.truststore.location` =
+the CA). Certificates expire after VALID_DAYS; never use them for anything real.
+
+    python -m tools.pki DIR      # writes DIR/ca.pem, DIR/broker.pem, DIR/client.pem, ...
+"""
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,3 +121,11 @@ def make_pki(directory: Path) -> Pki:
     pki.client_key.write_bytes(_key_pem(client_key))
     pki.rogue_ca.write_bytes(_pem(rogue))
     return pki
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m tools.pki DIR")
+    made = make_pki(Path(sys.argv[1]))
+    for path in (made.ca, made.broker, made.client_cert, made.client_key):
+        print(path)
