@@ -11,6 +11,7 @@ who has run Kafka (paths are relative to the chroot of the connect string):
 | /brokers/topics/<topic>/partitions/<p>/state | persistent | PartitionState       | create, CAS   |
 | /config/topics/<topic>                       | persistent | TopicConfigOverrides | create, alter |
 | /config/brokers/<default>                    | persistent | TopicConfigOverrides | alter         |
+| /config/users/<sanitized user>               | persistent | TopicConfigOverrides | users CLI     |
 | /controller                                  | ephemeral  | controller           | controller    |
 | /controller_epoch                            | persistent | epoch                | each election |
 | /admin/delete_topics/<topic>                 | persistent | (reserved)           | -             |
@@ -30,6 +31,11 @@ The data, one JSON object per znode (Kafka's field names and version numbers):
 - TopicConfigOverrides: `{"version": 1, "config": {"retention.ms": "86400000"}}` (overrides only);
   the same shape holds the cluster-wide dynamic broker configs (Kafka's default broker entity,
   e.g. `follower.replication.throttled.rate`).
+- user configs: the same shape, holding the user's SCRAM credentials under their mechanism names
+  (Kafka's format, riverbed.security.credentials): `{"version": 1, "config": {"SCRAM-SHA-512":
+  "salt=<b64>,stored_key=<b64>,server_key=<b64>,iterations=4096"}}`. The znode is named by
+  Kafka's `Sanitizer.sanitize` (URL-encoding: `alice@example.com` -> `alice%40example.com`);
+  Kafka also keeps user quotas there, which are left as they are.
 - controller: `{"version": 1, "brokerid": 1, "timestamp": "<ms>"}`.
 - epoch: the decimal string, e.g. `7`; bumped with a version check in the election transaction.
 - `/admin/delete_topics` is Kafka's asynchronous delete marker; Riverbed deletes a topic's znodes
@@ -48,6 +54,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import urllib.parse
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -58,6 +65,7 @@ BROKER_IDS_PATH: Final = "/brokers/ids"
 BROKER_TOPICS_PATH: Final = "/brokers/topics"
 CONFIG_TOPICS_PATH: Final = "/config/topics"
 CONFIG_BROKERS_PATH: Final = "/config/brokers"
+CONFIG_USERS_PATH: Final = "/config/users"
 # Kafka's name for the entity of cluster-wide dynamic broker configs.
 BROKER_DEFAULT_CONFIG_PATH: Final = f"{CONFIG_BROKERS_PATH}/<default>"
 CONTROLLER_PATH: Final = "/controller"
@@ -132,6 +140,39 @@ def topic_config_path(topic: str) -> str:
 
 def delete_topic_marker_path(topic: str) -> str:
     return f"{DELETE_TOPICS_PATH}/{topic}"
+
+
+def user_config_path(user: str) -> str:
+    return f"{CONFIG_USERS_PATH}/{sanitize_entity_name(user)}"
+
+
+# ---- entity names (Kafka's org.apache.kafka.common.utils.Sanitizer) -------------------------
+
+# What Java's URLEncoder leaves alone, minus '*' (Kafka turns it into %2A for JMX); a space, which
+# URLEncoder writes as '+', becomes %20. Everything else is percent-encoded UTF-8, upper-case hex.
+_ENTITY_NAME_SAFE: Final = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_"
+)
+_PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+
+
+def sanitize_entity_name(name: str) -> str:
+    """A user (or client id) as Kafka names its znode: `alice@x` -> `alice%40x`."""
+    return "".join(
+        char if char in _ENTITY_NAME_SAFE else "".join(f"%{b:02X}" for b in char.encode())
+        for char in name
+    )
+
+
+def desanitize_entity_name(text: str) -> str:
+    """The inverse, as Java's URLDecoder reads it ('+' is a space); a ValueError for a stray '%'
+    or bytes that are not UTF-8."""
+    if text.count("%") != len(_PERCENT_ESCAPE.findall(text)):
+        raise ValueError(f"{text!r} has a '%' that does not start a %XX escape")
+    try:
+        return urllib.parse.unquote_plus(text, errors="strict")
+    except UnicodeDecodeError:
+        raise ValueError(f"{text!r} does not decode to UTF-8 text") from None
 
 
 # ---- topic ids ------------------------------------------------------------------------------

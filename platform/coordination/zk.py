@@ -33,6 +33,7 @@ from typing import Any, Final, TypeVar
 
 from kazoo import exceptions as kazoo_errors
 from kazoo.client import KazooClient, KazooState
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
 
@@ -400,7 +401,7 @@ class AsyncZooKeeper:
             client.ensure_path(self.chroot)
         except kazoo_errors.KazooException as error:
             raise translate_error(error, self.chroot) from error
-        except TimeoutError as error:
+        except (TimeoutError, KazooTimeoutError) as error:  # kazoo's is not a TimeoutError
             raise ZkConnectionError(
                 f"could not connect to ZooKeeper at {self.servers} within "
                 f"{self.connect_timeout_ms} ms",

@@ -45,6 +45,7 @@ from riverbed.hot.server import Deferred, Response
 from riverbed.protocol import messages as m
 from riverbed.protocol.connection import RequestHeader, encode_response
 from riverbed.protocol.messages import RequestBody, ResponseBody
+from riverbed.security.sasl_server import answer_when_not_authenticating
 from riverbed.security.session import Session
 
 
@@ -141,6 +142,10 @@ class Dispatcher:
                 return await handle_delete_records(ctx, body)
             case m.DescribeLogDirsRequest():
                 return await handle_describe_log_dirs(ctx, body)
+            case m.SaslHandshakeRequest() | m.SaslAuthenticateRequest():
+                # SASL listeners answer these in the server's authenticator; here they came on a
+                # listener without SASL: ILLEGAL_SASL_STATE, as Kafka's request handlers answer.
+                return answer_when_not_authenticating(body)
         raise TypeError(f"no handler for {type(body).__name__} (api key {header.api_key})")
 
 

@@ -801,6 +801,25 @@ class ListGroupsResponse:
 
 
 @dataclass(slots=True)
+class SaslHandshakeRequest:
+    """SaslHandshake request (API key 17), versions 1-1."""
+
+    API_KEY: ClassVar[int] = 17
+
+    mechanism: str = ""
+
+
+@dataclass(slots=True)
+class SaslHandshakeResponse:
+    """SaslHandshake response (API key 17), versions 1-1."""
+
+    API_KEY: ClassVar[int] = 17
+
+    error_code: int = 0
+    mechanisms: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class ApiVersionsRequest:
     """ApiVersions request (API key 18), versions 0-3."""
 
@@ -1222,6 +1241,28 @@ class DescribeLogDirsResponse:
 
 
 @dataclass(slots=True)
+class SaslAuthenticateRequest:
+    """SaslAuthenticate request (API key 36), versions 0-2."""
+
+    API_KEY: ClassVar[int] = 36
+
+    auth_bytes: bytes = b""
+
+
+@dataclass(slots=True)
+class SaslAuthenticateResponse:
+    """SaslAuthenticate response (API key 36), versions 0-2."""
+
+    API_KEY: ClassVar[int] = 36
+
+    error_code: int = 0
+    error_message: str | None = ""
+    auth_bytes: bytes = b""
+    # v1+
+    session_lifetime_ms: int = 0
+
+
+@dataclass(slots=True)
 class DeleteGroupsRequest:
     """DeleteGroups request (API key 42), versions 0-2."""
 
@@ -1439,6 +1480,7 @@ RequestBody = (
     | SyncGroupRequest
     | DescribeGroupsRequest
     | ListGroupsRequest
+    | SaslHandshakeRequest
     | ApiVersionsRequest
     | CreateTopicsRequest
     | DeleteTopicsRequest
@@ -1448,6 +1490,7 @@ RequestBody = (
     | DescribeConfigsRequest
     | AlterConfigsRequest
     | DescribeLogDirsRequest
+    | SaslAuthenticateRequest
     | DeleteGroupsRequest
     | ElectLeadersRequest
     | IncrementalAlterConfigsRequest
@@ -1469,6 +1512,7 @@ ResponseBody = (
     | SyncGroupResponse
     | DescribeGroupsResponse
     | ListGroupsResponse
+    | SaslHandshakeResponse
     | ApiVersionsResponse
     | CreateTopicsResponse
     | DeleteTopicsResponse
@@ -1478,6 +1522,7 @@ ResponseBody = (
     | DescribeConfigsResponse
     | AlterConfigsResponse
     | DescribeLogDirsResponse
+    | SaslAuthenticateResponse
     | DeleteGroupsResponse
     | ElectLeadersResponse
     | IncrementalAlterConfigsResponse
@@ -1500,6 +1545,7 @@ REQUEST_CLASSES: dict[int, type[RequestBody]] = {
     14: SyncGroupRequest,
     15: DescribeGroupsRequest,
     16: ListGroupsRequest,
+    17: SaslHandshakeRequest,
     18: ApiVersionsRequest,
     19: CreateTopicsRequest,
     20: DeleteTopicsRequest,
@@ -1509,6 +1555,7 @@ REQUEST_CLASSES: dict[int, type[RequestBody]] = {
     32: DescribeConfigsRequest,
     33: AlterConfigsRequest,
     35: DescribeLogDirsRequest,
+    36: SaslAuthenticateRequest,
     42: DeleteGroupsRequest,
     43: ElectLeadersRequest,
     44: IncrementalAlterConfigsRequest,
@@ -1531,6 +1578,7 @@ RESPONSE_CLASSES: dict[int, type[ResponseBody]] = {
     14: SyncGroupResponse,
     15: DescribeGroupsResponse,
     16: ListGroupsResponse,
+    17: SaslHandshakeResponse,
     18: ApiVersionsResponse,
     19: CreateTopicsResponse,
     20: DeleteTopicsResponse,
@@ -1540,6 +1588,7 @@ RESPONSE_CLASSES: dict[int, type[ResponseBody]] = {
     32: DescribeConfigsResponse,
     33: AlterConfigsResponse,
     35: DescribeLogDirsResponse,
+    36: SaslAuthenticateResponse,
     42: DeleteGroupsResponse,
     43: ElectLeadersResponse,
     44: IncrementalAlterConfigsResponse,

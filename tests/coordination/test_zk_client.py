@@ -142,6 +142,10 @@ async def test_connect_timeout_is_clear() -> None:
     client = AsyncZooKeeper("127.0.0.1:1", connect_timeout_ms=300)
     with pytest.raises(ZkConnectionError, match=r"127.0.0.1:1 within 300 ms"):
         await client.start()
+    # With a chroot, the chroot is created first, by a client of its own.
+    client = AsyncZooKeeper("127.0.0.1:1/chroot", connect_timeout_ms=300)
+    with pytest.raises(ZkConnectionError, match=r"127.0.0.1:1 within 300 ms"):
+        await client.start()
 
 
 @pytest.fixture

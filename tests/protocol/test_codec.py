@@ -38,6 +38,7 @@ from riverbed.protocol.schema import ApiSpec, FieldSpec, StructSpec, load_api_sp
 # kafka-python 3 loads its JSON message definitions with a deprecated importlib API at import.
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.protocol import sasl as kp_sasl
     from kafka.protocol.admin import cluster as kp_cluster
     from kafka.protocol.admin import configs as kp_configs
     from kafka.protocol.admin import groups as kp_admin_groups
@@ -155,6 +156,7 @@ def test_supported_api_versions() -> None:
         14: (0, 5),
         15: (0, 5),
         16: (0, 4),
+        17: (1, 1),
         18: (0, 3),
         19: (2, 7),
         20: (1, 6),
@@ -164,6 +166,7 @@ def test_supported_api_versions() -> None:
         32: (1, 4),
         33: (0, 2),
         35: (1, 4),
+        36: (0, 2),
         42: (0, 2),
         43: (0, 2),
         44: (0, 1),
@@ -203,6 +206,8 @@ def test_flexible_versions() -> None:
         "DescribeLogDirs": 2,
         "AlterPartitionReassignments": 0,
         "ListPartitionReassignments": 0,
+        "SaslHandshake": None,
+        "SaslAuthenticate": 2,
     }
 
 
@@ -238,6 +243,7 @@ KAFKA_PYTHON_CLASSES: dict[int, tuple[Any, Any]] = {
     14: (kp_group.SyncGroupRequest, kp_group.SyncGroupResponse),
     15: (kp_admin_groups.DescribeGroupsRequest, kp_admin_groups.DescribeGroupsResponse),
     16: (kp_admin_groups.ListGroupsRequest, kp_admin_groups.ListGroupsResponse),
+    17: (kp_sasl.SaslHandshakeRequest, kp_sasl.SaslHandshakeResponse),
     18: (kp_api_versions.ApiVersionsRequest, kp_api_versions.ApiVersionsResponse),
     19: (kp_topics.CreateTopicsRequest, kp_topics.CreateTopicsResponse),
     20: (kp_topics.DeleteTopicsRequest, kp_topics.DeleteTopicsResponse),
@@ -247,6 +253,7 @@ KAFKA_PYTHON_CLASSES: dict[int, tuple[Any, Any]] = {
     32: (kp_configs.DescribeConfigsRequest, kp_configs.DescribeConfigsResponse),
     33: (kp_configs.AlterConfigsRequest, kp_configs.AlterConfigsResponse),
     35: (kp_cluster.DescribeLogDirsRequest, kp_cluster.DescribeLogDirsResponse),
+    36: (kp_sasl.SaslAuthenticateRequest, kp_sasl.SaslAuthenticateResponse),
     42: (kp_admin_groups.DeleteGroupsRequest, kp_admin_groups.DeleteGroupsResponse),
     43: (kp_topics.ElectLeadersRequest, kp_topics.ElectLeadersResponse),
     44: (kp_configs.IncrementalAlterConfigsRequest, kp_configs.IncrementalAlterConfigsResponse),
