@@ -95,8 +95,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _describe(error: BaseException) -> str:
-    if isinstance(error, KafkaError):
-        return f"{error.code.name}: {error}"
+    # A KafkaError's text already starts with its code's name.
     return str(error)
 
 

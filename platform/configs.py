@@ -287,6 +287,9 @@ BROKER_ONLY_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
     ConfigDef("ssl.endpoint.identification.algorithm", _T.STRING, "https", "https: check that "
               "another broker's certificate names its host; empty: do not",
               Validator(lambda v: v in ("https", ""), "https or an empty string")),
+    ConfigDef("sasl.enabled.mechanisms", _T.LIST, ("SCRAM-SHA-512", "SCRAM-SHA-256"), "SASL "
+              "mechanisms SASL listeners offer (PLAIN sends the password itself: enable it only "
+              "on SASL_SSL)", each_one_of("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")),
     ConfigDef("sasl.mechanism.inter.broker.protocol", _T.STRING, "SCRAM-SHA-512", "SASL "
               "mechanism brokers use with each other on a SASL inter-broker listener",
               one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
@@ -530,6 +533,7 @@ class BrokerConfig:
     ssl_truststore_location: str | None
     ssl_client_auth: str
     ssl_endpoint_identification_algorithm: str
+    sasl_enabled_mechanisms: tuple[str, ...]
     sasl_mechanism_inter_broker_protocol: str
     sasl_jaas_config: str | None
     max_connections: int
@@ -624,6 +628,13 @@ class BrokerConfig:
         inter_broker = next(b for b in listeners.bound if b.name == listeners.inter_broker)
         if inter_broker.protocol.uses_sasl:
             self.inter_broker_credentials  # noqa: B018 - raises if it does not parse
+            if self.sasl_mechanism_inter_broker_protocol not in self.sasl_enabled_mechanisms:
+                raise ConfigError(
+                    "sasl.mechanism.inter.broker.protocol",
+                    f"sasl.mechanism.inter.broker.protocol "
+                    f"{self.sasl_mechanism_inter_broker_protocol} is not in "
+                    f"sasl.enabled.mechanisms ({', '.join(self.sasl_enabled_mechanisms)})",
+                )
 
     @property
     def listener_set(self) -> ListenerSet:

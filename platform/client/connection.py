@@ -20,6 +20,7 @@ import enum
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from riverbed.errors import error_for
 from riverbed.protocol import messages as m
 from riverbed.protocol.connection import (
     NEED_DATA,
@@ -29,7 +30,9 @@ from riverbed.protocol.connection import (
 )
 from riverbed.protocol.errors import ErrorCode, KafkaError, ProtocolDecodeError
 from riverbed.protocol.messages import RequestBody
-from riverbed.security.client import PLAINTEXT, ConnectionSecurity
+from riverbed.security.client import PLAINTEXT, ConnectionSecurity, SaslCredentials
+from riverbed.security.sasl_client import client_mechanism
+from riverbed.security.scram import SaslClientError
 
 READ_CHUNK_BYTES = 256 * 1024
 # Requests written but not yet answered on one connection (Kafka's
@@ -37,6 +40,8 @@ READ_CHUNK_BYTES = 256 * 1024
 IN_FLIGHT_REQUESTS_MAX = 16
 
 ResponseT = TypeVar("ResponseT")
+SASL_HANDSHAKE_KEY = m.SaslHandshakeRequest.API_KEY
+SASL_AUTHENTICATE_KEY = m.SaslAuthenticateRequest.API_KEY
 
 
 class ConnectionClosedError(ConnectionError):
@@ -97,10 +102,52 @@ class BrokerConnection:
             connection._negotiate(
                 {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
             )
+            if security.sasl is not None:
+                await connection._authenticate(security.sasl, timeout_ms)
         except BaseException:
             await connection.close()
             raise
         return connection
+
+    async def _authenticate(self, credentials: SaslCredentials, timeout_ms: int) -> None:
+        """SaslHandshake v1, then SaslAuthenticate until the mechanism completes (KIP-152).
+        AuthenticationError if the broker refuses; the connection is then unusable."""
+        if not (self.supports(SASL_HANDSHAKE_KEY) and self.supports(SASL_AUTHENTICATE_KEY)):
+            raise error_for(
+                ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+                f"{self.address[0]}:{self.address[1]} does not speak SASL (SaslHandshake v1 and "
+                "SaslAuthenticate): is it a SASL listener?",
+            )
+        mechanism = client_mechanism(
+            credentials.mechanism, credentials.username, credentials.password
+        )
+        handshake = await self._send(
+            m.SaslHandshakeRequest(mechanism=mechanism.name),
+            self.version_for(SASL_HANDSHAKE_KEY),
+            timeout_ms,
+        )
+        if handshake.error_code != ErrorCode.NONE:
+            offered = ", ".join(handshake.mechanisms) or "none"
+            raise error_for(
+                ErrorCode(handshake.error_code),
+                f"the broker refused SASL mechanism {mechanism.name} (it offers {offered})",
+            )
+        token: bytes | None = mechanism.initial_response()
+        while token is not None:
+            answer = await self._send(
+                m.SaslAuthenticateRequest(auth_bytes=token),
+                self.version_for(SASL_AUTHENTICATE_KEY),
+                timeout_ms,
+            )
+            if answer.error_code != ErrorCode.NONE:
+                raise error_for(
+                    ErrorCode(answer.error_code),
+                    answer.error_message or f"SASL {mechanism.name} authentication failed",
+                )
+            try:
+                token = mechanism.evaluate_challenge(bytes(answer.auth_bytes))
+            except SaslClientError as error:
+                raise error_for(ErrorCode.SASL_AUTHENTICATION_FAILED, str(error)) from None
 
     @property
     def closed(self) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import ssl
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,13 +47,18 @@ from riverbed.hot.metrics_state import BrokerStateCollector
 from riverbed.hot.partitions import Partition, PartitionManager
 from riverbed.hot.replica_fetcher import ReplicaFetcherManager
 from riverbed.hot.retention import apply_retention
-from riverbed.hot.server import KafkaServer, ServerLimits
+from riverbed.hot.server import AuthenticatorFactory, KafkaServer, ServerLimits
 from riverbed.log_events import event
 from riverbed.protocol.errors import KafkaError
+from riverbed.security.credentials import CredentialCache, CredentialWatcher
 from riverbed.security.limits import ConnectionQuotas
+from riverbed.security.sasl_server import SaslServerAuthenticator
 from riverbed.security.tls import ClientAuth, server_context
 
 log = logging.getLogger(__name__)
+
+# The per-broker secret that makes unknown SCRAM users' stand-in salts stable (and unguessable).
+STAND_IN_SECRET_BYTES = 32
 
 # How often recovery points and high watermarks are checkpointed (Kafka:
 # replica.high.watermark.checkpoint.interval.ms = 5000).
@@ -122,6 +128,7 @@ class Broker:
         partitions = PartitionManager(self._log_manager, config.broker_id)
         await self._zk.start()
         stack.push_async_callback(self._zk.stop)
+        authenticators = await self._start_authentication(stack)
         await self._store.ensure_layout()
         cluster_id = await self._store.ensure_cluster_id()
         check_data_dir_identity(data_dir, cluster_id=cluster_id, broker_id=config.broker_id)
@@ -156,7 +163,7 @@ class Broker:
             metrics=metrics,
             controller=self._controller,
         )
-        self._servers = self._listener_servers(Dispatcher(self._ctx), ssl_contexts)
+        self._servers = self._listener_servers(Dispatcher(self._ctx), ssl_contexts, authenticators)
         if config.remote_storage_url is not None:
             # Imported here: pyarrow and aiobotocore load only on brokers that tier.
             from riverbed.tiering.service import TieredStorage
@@ -262,8 +269,33 @@ class Broker:
         context = server_context(config.tls_files, ClientAuth(config.ssl_client_auth))
         return dict.fromkeys(tls_listeners, context)
 
+    async def _start_authentication(
+        self, stack: contextlib.AsyncExitStack
+    ) -> AuthenticatorFactory | None:
+        """With a SASL listener: the SCRAM credentials cache, kept current by ZooKeeper watches
+        (authentications never wait on ZooKeeper), and the factory of per-connection
+        authenticators. One random stand-in secret per broker: an unknown user gets the same
+        made-up salt every time, so trying names tells nothing."""
+        config = self.config
+        if not any(listener.protocol.uses_sasl for listener in config.listener_set.bound):
+            return None
+        cache = CredentialCache()
+        watcher = CredentialWatcher(self._zk, cache)
+        await watcher.start()
+        stack.push_async_callback(watcher.stop)
+        stand_in_secret = secrets.token_bytes(STAND_IN_SECRET_BYTES)
+        mechanisms = config.sasl_enabled_mechanisms
+
+        def authenticator() -> SaslServerAuthenticator:
+            return SaslServerAuthenticator(mechanisms, cache, stand_in_secret=stand_in_secret)
+
+        return authenticator
+
     def _listener_servers(
-        self, dispatcher: Dispatcher, ssl_contexts: Mapping[str, ssl.SSLContext]
+        self,
+        dispatcher: Dispatcher,
+        ssl_contexts: Mapping[str, ssl.SSLContext],
+        authenticators: AuthenticatorFactory | None,
     ) -> list[KafkaServer]:
         """A server per listener, sharing the connection quotas."""
         config = self.config
@@ -274,7 +306,12 @@ class Broker:
         quotas = ConnectionQuotas(config.connection_limits)
         return [
             KafkaServer(
-                listener, dispatcher, limits, quotas, ssl_context=ssl_contexts.get(listener.name)
+                listener,
+                dispatcher,
+                limits,
+                quotas,
+                ssl_context=ssl_contexts.get(listener.name),
+                authenticators=authenticators if listener.protocol.uses_sasl else None,
             )
             for listener in config.listener_set.bound
         ]

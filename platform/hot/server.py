@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import ssl
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from riverbed.log_events import event as log_event
+from riverbed.protocol import messages as m
 from riverbed.protocol.connection import (
     NEED_DATA,
     CloseConnection,
@@ -40,6 +42,7 @@ from riverbed.protocol.connection import (
     RequestReceived,
     ServerConnection,
     UnsupportedApiVersionsRequest,
+    encode_response,
     encode_unsupported_api_versions,
     supported_api_versions,
 )
@@ -47,6 +50,14 @@ from riverbed.protocol.messages import RequestBody
 from riverbed.protocol.regions import FileRegion
 from riverbed.security.limits import ConnectionQuotas
 from riverbed.security.listeners import Listener
+from riverbed.security.sasl_server import (
+    SASL_RECEIVE_BYTES_MAX,
+    Allow,
+    Close,
+    Respond,
+    RespondAndClose,
+    SaslServerAuthenticator,
+)
 from riverbed.security.session import ANONYMOUS, Session
 from riverbed.security.tls import certificate_principal
 
@@ -80,6 +91,8 @@ class Deferred:
     completion: Coroutine[Any, Any, Response]
 
 
+# A fresh SASL authenticator per connection of a SASL listener.
+AuthenticatorFactory = Callable[[], SaslServerAuthenticator]
 # (header, body, session): the session names the connection's principal and the peer's IP address
 # (which Kafka reports for group members, DescribeGroups' client host).
 RequestHandler = Callable[[RequestHeader, RequestBody, Session], Awaitable[Response | Deferred]]
@@ -102,9 +115,13 @@ class KafkaServer:
         quotas: ConnectionQuotas,
         *,
         ssl_context: ssl.SSLContext | None = None,
+        authenticators: AuthenticatorFactory | None = None,
     ) -> None:
         if listener.protocol.uses_tls != (ssl_context is not None):
             raise ValueError(f"listener {listener.name} ({listener.protocol.value}): TLS mismatch")
+        if listener.protocol.uses_sasl != (authenticators is not None):
+            raise ValueError(f"listener {listener.name} ({listener.protocol.value}): SASL mismatch")
+        self._authenticators = authenticators
         self.listener = listener
         self._host = listener.host
         self._port = listener.port
@@ -187,6 +204,16 @@ class KafkaServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
+    def _log_refusal(self, peer: object, session: Session, reason: str) -> None:
+        log_event(
+            log,
+            logging.WARNING,
+            "client.authentication_failed",
+            client=str(peer),
+            listener=self.listener.name,
+            reason=reason,
+        )
+
     def _session(self, writer: asyncio.StreamWriter, client_host: str) -> Session:
         """The connection's identity before any SASL exchange: a TLS client certificate's
         subject on TLS listeners (Kafka's default principal builder), else ANONYMOUS."""
@@ -199,10 +226,15 @@ class KafkaServer:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: Session
     ) -> None:
         connection = ServerConnection(max_frame_bytes=self._limits.socket_request_max_bytes)
+        authenticator = None if self._authenticators is None else self._authenticators()
+        if authenticator is not None:
+            # Kafka's sasl.server.max.receive.size: small frames until the client is known.
+            connection.limit_frame_bytes(SASL_RECEIVE_BYTES_MAX)
         peer = writer.get_extra_info("peername")
         owed: deque[asyncio.Task[Response]] = deque()  # deferred responses, in request order
         reading: asyncio.Task[bytes] | None = None
         loop = asyncio.get_running_loop()
+        authenticated = False
         idle_s_max = self._limits.idle_ms_max / 1000
         last_activity_s = loop.time()
         try:
@@ -241,6 +273,24 @@ class KafkaServer:
                         connection.receive_data(data)
                 elif isinstance(event, RequestReceived):
                     last_activity_s = loop.time()
+                    if authenticator is not None and _sasl_gated(authenticator, event):
+                        decision = authenticator.receive(event.body, event.header.api_version)
+                        if not isinstance(decision, Allow):
+                            await _write_owed(writer, owed)
+                            if isinstance(decision, Respond | RespondAndClose):
+                                await _write_response(
+                                    writer, encode_response(event.header, decision.body)
+                                )
+                            if isinstance(decision, RespondAndClose | Close):
+                                self._log_refusal(peer, session, decision.reason)
+                                break
+                            if authenticator.principal is not None and not authenticated:
+                                authenticated = True
+                                session = dataclasses.replace(
+                                    session, principal=authenticator.principal
+                                )
+                                connection.limit_frame_bytes(self._limits.socket_request_max_bytes)
+                            continue
                     outcome = await self._handle_request(event.header, event.body, session)
                     if isinstance(outcome, Deferred):
                         owed.append(asyncio.create_task(outcome.completion))
@@ -346,3 +396,11 @@ async def _write_region_tls(
         await writer.drain()
         position += read
         remaining -= read
+
+
+def _sasl_gated(authenticator: SaslServerAuthenticator, event: RequestReceived) -> bool:
+    """Whether the authenticator decides on this request: every request until the connection is
+    authenticated, and SASL requests after (they get ILLEGAL_SASL_STATE)."""
+    if not authenticator.authenticated:
+        return True
+    return isinstance(event.body, m.SaslHandshakeRequest | m.SaslAuthenticateRequest)

@@ -156,7 +156,7 @@ class _FrameBuffer:
     def __init__(self, frame_bytes_max: int) -> None:
         if frame_bytes_max <= 0:
             raise ValueError(f"frame_bytes_max must be positive, got {frame_bytes_max}")
-        self._frame_bytes_max = frame_bytes_max
+        self.frame_bytes_max = frame_bytes_max
         self._buffer = bytearray()
         self._position = 0  # the start of the next frame in _buffer
 
@@ -174,8 +174,8 @@ class _FrameBuffer:
             return None
         # Judge the size from the prefix alone, before buffering or allocating the frame.
         size: int = INT32.unpack_from(self._buffer, start)[0]
-        if size < 0 or size > self._frame_bytes_max:
-            raise _FrameError(f"frame size {size} outside 0..{self._frame_bytes_max}")
+        if size < 0 or size > self.frame_bytes_max:
+            raise _FrameError(f"frame size {size} outside 0..{self.frame_bytes_max}")
         end = start + FRAME_PREFIX_BYTES + size
         if end > len(self._buffer):
             return None
@@ -199,6 +199,13 @@ class ServerConnection:
     @property
     def closed(self) -> bool:
         return self._closed is not None
+
+    def limit_frame_bytes(self, max_frame_bytes: int) -> None:
+        """Change the largest frame accepted from now on (a SASL listener allows only small
+        frames until the connection is authenticated)."""
+        if max_frame_bytes <= 0:
+            raise ValueError(f"max_frame_bytes must be positive, got {max_frame_bytes}")
+        self._frames.frame_bytes_max = max_frame_bytes
 
     def receive_data(self, data: bytes) -> None:
         if self._closed is None:

@@ -802,7 +802,7 @@ class ListGroupsResponse:
 
 @dataclass(slots=True)
 class SaslHandshakeRequest:
-    """SaslHandshake request (API key 17), versions 1-1."""
+    """SaslHandshake request (API key 17), versions 0-1."""
 
     API_KEY: ClassVar[int] = 17
 
@@ -811,7 +811,7 @@ class SaslHandshakeRequest:
 
 @dataclass(slots=True)
 class SaslHandshakeResponse:
-    """SaslHandshake response (API key 17), versions 1-1."""
+    """SaslHandshake response (API key 17), versions 0-1."""
 
     API_KEY: ClassVar[int] = 17
 

@@ -189,8 +189,8 @@ class SaslServerAuthenticator:
         """The decision for one decoded request of version `api_version`."""
         state = self._state
         if isinstance(body, m.SaslHandshakeRequest) and api_version != HANDSHAKE_VERSION:
-            # Not reachable through the codec (only v1 is in the spec): v0's raw tokens would
-            # follow, which the frame codec would read as requests.
+            # v0 is advertised only for librdkafka's feature check: its raw tokens would follow,
+            # which the frame codec would read as requests.
             return self._fail(Close(f"SaslHandshake v{api_version} is not supported"))
         event, reply = self._classify(state, body)
         next_state = TRANSITIONS.get((state, event))

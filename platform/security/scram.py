@@ -439,8 +439,12 @@ class ScramServer:
         _check_extensions(attributes[2:], "client-final")
         if _unb64_or_fail(binding, "channel binding") != first.gs2_header.encode("utf-8"):
             raise _malformed("client-final's channel binding does not repeat the gs2 header")
-        if nonce != first.nonce + self._server_nonce:
-            raise _malformed("client-final's nonce is not the client's and server's nonces")
+        # RFC 5802 wants exactly the server-first nonce back. librdkafka (at least to 2.0)
+        # sends the client nonce once more in front of it, and Kafka's ScramSaslServer accepts
+        # that by checking only the end: so does Riverbed, or kcat could not log in. The
+        # proof still covers the message as sent, so nothing else is weakened.
+        if not nonce.endswith(first.nonce + self._server_nonce):
+            raise _malformed("client-final's nonce does not end with the server-first nonce")
         auth_message = f"{first.bare},{self._server_first},{without_proof}".encode()
         client_signature = _hmac(self.mechanism, credential.stored_key, auth_message)
         client_key = bytes(a ^ b for a, b in zip(proof, client_signature, strict=True))

@@ -226,8 +226,8 @@ def test_handshake_lists_the_enabled_mechanisms_in_their_order() -> None:
 
 
 def test_handshake_v0_closes() -> None:
-    """v0 is not in the spec, so the codec never delivers it; if it did, raw tokens would
-    follow that the frame codec would take for requests."""
+    """v0 is advertised (librdkafka needs to see it) but never served: raw tokens would follow
+    that the frame codec would take for requests."""
     auth = authenticator()
     assert isinstance(auth.receive(m.SaslHandshakeRequest("PLAIN"), 0), Close)
     assert auth.state is S.FAILED

@@ -6,28 +6,27 @@ from __future__ import annotations
 
 import asyncio
 import os
-import ssl
-import subprocess
-import time
-import uuid
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import confluent_kafka
 import confluent_kafka.admin
 import pytest
-from aiokafka import AIOKafkaConsumer
-from aiokafka import TopicPartition as AioTopicPartition
 from aiokafka.helpers import create_ssl_context
-from riverbed import Admin, Consumer, Producer, TopicPartition
+from riverbed import Admin, TopicPartition
 from riverbed.client.connection import ConnectionClosedError
 
+from tests.security.clients import (
+    TIMEOUT_S,
+    aiokafka_consume,
+    confluent_consume,
+    kcat,
+    riverbed_consume,
+    riverbed_produce,
+)
 from tests.support.broker import BrokerFactory, BrokerProcess, BrokerStartError
 from tools.pki import BROKER_KEY_PASSWORD, Pki
 
-KCAT: Final = "/usr/bin/kcat"
-TIMEOUT_S: Final = 30.0
 # Over one TLS chunk (256 KiB), so a fetch response's file region is written in several.
 LARGE_VALUE: Final = os.urandom(700 * 1024)
 
@@ -48,96 +47,13 @@ def librdkafka_tls(pki: Pki, **extra: str) -> dict[str, str]:
     return {"security.protocol": "ssl", "ssl.ca.location": str(pki.ca), **extra}
 
 
-async def produce(address: str, topic: str, values: list[bytes], **security: Any) -> None:
-    async with Producer(bootstrap_servers=address, acks="all", **security) as producer:
-        for index, value in enumerate(values):
-            await producer.send(topic, value, key=str(index).encode(), partition=0)
-        await producer.flush()
-
-
-async def consume_riverbed(address: str, topic: str, count: int, **security: Any) -> list[bytes]:
-    values: list[bytes] = []
-    async with Consumer(bootstrap_servers=address, **security) as consumer:
-        consumer.assign([TopicPartition(topic, 0)])
-        await consumer.seek_to_beginning()
-        async with asyncio.timeout(TIMEOUT_S):
-            while len(values) < count:
-                batches = await consumer.getmany(timeout_ms=500)
-                values.extend(r.value or b"" for records in batches.values() for r in records)
-    return values
-
-
-def consume_confluent(conf: Mapping[str, str], topic: str, count: int) -> list[bytes]:
-    consumer = confluent_kafka.Consumer(
-        {
-            **conf,
-            "group.id": f"tls-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "fetch.message.max.bytes": 4 * 1024 * 1024,
-        }
-    )
-    try:
-        consumer.assign(
-            [confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)]
-        )
-        values: list[bytes] = []
-        deadline = time.monotonic() + TIMEOUT_S
-        while len(values) < count and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            assert message.error() is None, message.error()
-            values.append(message.value())
-        return values
-    finally:
-        consumer.close()
-
-
-async def consume_aiokafka(
-    address: str, topic: str, count: int, context: ssl.SSLContext
-) -> list[bytes]:
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=address,
-        security_protocol="SSL",
-        ssl_context=context,
-        enable_auto_commit=False,
-        max_partition_fetch_bytes=4 * 1024 * 1024,
-    )
-    await consumer.start()
-    try:
-        partition = AioTopicPartition(topic, 0)
-        consumer.assign([partition])
-        await consumer.seek_to_beginning(partition)
-        values: list[bytes] = []
-        async with asyncio.timeout(TIMEOUT_S):
-            while len(values) < count:
-                batches = await consumer.getmany(timeout_ms=500)
-                values.extend(r.value for records in batches.values() for r in records)
-        return values
-    finally:
-        await consumer.stop()
-
-
-def kcat(address: str, pki: Pki, *args: str, extra: Mapping[str, str] | None = None) -> bytes:
-    settings = {**librdkafka_tls(pki), **(extra or {})}
-    options = [arg for key, value in settings.items() for arg in ("-X", f"{key}={value}")]
-    result = subprocess.run(
-        [KCAT, "-b", address, *options, *args],
-        capture_output=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr.decode()[-2000:]
-    return result.stdout
-
-
 async def test_every_client_reads_and_writes_over_tls(
     broker_factory: BrokerFactory, pki: Pki
 ) -> None:
     broker = broker_factory(broker_tls(pki), listeners=("PLAINTEXT", "SSL"))
     tls_address = broker.address("SSL")
     values = [f"tls-{i}".encode() for i in range(200)] + [LARGE_VALUE]
-    await produce(tls_address, "secured", values, **riverbed_tls(pki))
+    await riverbed_produce(tls_address, "secured", values, **riverbed_tls(pki))
 
     # Metadata over the TLS listener names every broker by its TLS address.
     admin = confluent_kafka.admin.AdminClient(
@@ -147,19 +63,20 @@ async def test_every_client_reads_and_writes_over_tls(
     assert [f"{b.host}:{b.port}" for b in brokers.values()] == [tls_address]
 
     assert (
-        await consume_riverbed(tls_address, "secured", len(values), **riverbed_tls(pki)) == values
+        await riverbed_consume(tls_address, "secured", len(values), **riverbed_tls(pki)) == values
     )
     conf = {"bootstrap.servers": tls_address, **librdkafka_tls(pki)}
-    assert await asyncio.to_thread(consume_confluent, conf, "secured", len(values)) == values
+    assert await asyncio.to_thread(confluent_consume, conf, "secured", len(values)) == values
     context = create_ssl_context(cafile=str(pki.ca))
-    assert await consume_aiokafka(tls_address, "secured", len(values), context) == values
-    lines = kcat(
-        tls_address, pki, "-C", "-t", "secured", "-p", "0", "-o", "beginning", "-c", "200", "-q"
-    )
-    assert lines.split(b"\n")[:200] == values[:200]
+    aiokafka_tls = {"security_protocol": "SSL", "ssl_context": context}
+    assert await aiokafka_consume(tls_address, "secured", len(values), **aiokafka_tls) == values
+    read = kcat(tls_address, librdkafka_tls(pki), "-C", "-t", "secured", "-p", "0",
+                "-o", "beginning", "-c", "200", "-q")  # fmt: skip
+    assert read.returncode == 0, read.stderr.decode()
+    assert read.stdout.split(b"\n")[:200] == values[:200]
 
     # The same records through the plaintext listener: the listeners serve one log.
-    assert await consume_riverbed(broker.bootstrap, "secured", len(values)) == values
+    assert await riverbed_consume(broker.bootstrap, "secured", len(values)) == values
 
 
 async def test_a_client_that_does_not_trust_the_broker_is_refused(
@@ -189,7 +106,7 @@ async def test_client_certificates_when_the_listener_requires_them(
     with_certificate = riverbed_tls(
         pki, ssl_certificate_location=str(pki.client_cert), ssl_key_location=str(pki.client_key)
     )
-    await produce(broker.bootstrap, "mutual", [b"a", b"b"], **with_certificate)
+    await riverbed_produce(broker.bootstrap, "mutual", [b"a", b"b"], **with_certificate)
     conf = {
         "bootstrap.servers": broker.bootstrap,
         **librdkafka_tls(
@@ -200,7 +117,7 @@ async def test_client_certificates_when_the_listener_requires_them(
             },
         ),
     }
-    assert await asyncio.to_thread(consume_confluent, conf, "mutual", 2) == [b"a", b"b"]
+    assert await asyncio.to_thread(confluent_consume, conf, "mutual", 2) == [b"a", b"b"]
 
 
 async def test_brokers_replicate_to_each_other_over_tls(
@@ -222,7 +139,7 @@ async def test_brokers_replicate_to_each_other_over_tls(
         await admin.create_topic("replicated", partitions=1, replication_factor=2)
     values = [f"r{i}".encode() for i in range(50)]
     # acks=all with min.insync.replicas=2 succeeds only if the follower copies over TLS.
-    await produce(bootstrap, "replicated", values, **client)
+    await riverbed_produce(bootstrap, "replicated", values, **client)
     async with Admin(bootstrap_servers=bootstrap, **client) as admin:
         partition = (await admin.describe_cluster()).partitions[TopicPartition("replicated", 0)]
         assert sorted(partition.isr) == [1, 2]
@@ -230,7 +147,7 @@ async def test_brokers_replicate_to_each_other_over_tls(
     # A clean stop hands the leadership over through the controller, over TLS.
     assert leader.terminate() == 0
     survivor = second if leader is first else first
-    assert await consume_riverbed(survivor.bootstrap, "replicated", len(values), **client) == values
+    assert await riverbed_consume(survivor.bootstrap, "replicated", len(values), **client) == values
 
 
 def test_encrypted_broker_key_needs_its_password(broker_factory: BrokerFactory, pki: Pki) -> None:
