@@ -2,7 +2,9 @@ package riverbed.spark;
 
 import java.util.ArrayList;
 import java.util.HashSet;
+import java.util.IdentityHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 
 import org.apache.spark.sql.catalyst.expressions.AttributeReference;
@@ -35,11 +37,16 @@ import scala.jdk.javaapi.CollectionConverters;
  * Filters reference. The Python reader is then created with that schema, so it reads only those
  * columns.
  *
- * <p>What it leaves alone: any other source; a scan not directly under a Project (its parent may
- * need every column); a scan with filters pushed into Python (the new scan would not carry them).
- * The kept attributes are the scan's own objects, so their exprIds, and the Project's output,
- * are unchanged. If Spark's internals differ from what this was built against, the rule logs
- * once and leaves plans as they are: fewer columns is an optimization, never a requirement.
+ * <p>The scans of one relation in a plan (a self-join, a union) are narrowed together, to the
+ * columns any of them needs, and share one new provider: Spark plans the Python reader once per
+ * provider, so they still read one snapshot. If one of them needs every column (it is not under a
+ * Project), none is narrowed.
+ *
+ * <p>What it leaves alone: any other source; a scan with filters pushed into Python (the new scan
+ * would not carry them). The kept attributes are the scan's own objects, so their exprIds, and
+ * the Project's output, are unchanged. If Spark's internals differ from what this was built
+ * against, the rule logs once and leaves plans as they are: fewer columns is an optimization,
+ * never a requirement.
  */
 public final class ColumnPruning extends Rule<LogicalPlan> {
   static final String PYTHON_SCAN = "org.apache.spark.sql.execution.datasources.v2.python.PythonScan";
@@ -56,10 +63,6 @@ public final class ColumnPruning extends Rule<LogicalPlan> {
     this.sourceName = sourceName;
   }
 
-  public String sourceName() {
-    return sourceName;
-  }
-
   @Override
   public String ruleName() {
     return "riverbed.spark.ColumnPruning(" + sourceName + ")";
@@ -67,47 +70,56 @@ public final class ColumnPruning extends Rule<LogicalPlan> {
 
   @Override
   public LogicalPlan apply(LogicalPlan plan) {
-    if (plan instanceof Project project) {
-      LogicalPlan pruned = prunedOrNull(project);
-      if (pruned != null) {
-        return pruned;
-      }
-    }
-    return plan.mapChildren(this::apply);
-  }
-
-  /** The Project with its scan narrowed, or null when there is nothing (safe) to narrow. */
-  private LogicalPlan prunedOrNull(Project project) {
-    List<Filter> filters = new ArrayList<>();
-    LogicalPlan node = project.child();
-    while (node instanceof Filter filter) {
-      filters.add(filter);
-      node = filter.child();
-    }
-    if (!(node instanceof DataSourceV2ScanRelation relation) || !isOurs(relation)) {
-      return null;
-    }
     try {
-      AttributeSet required = project.references();
-      for (Filter filter : filters) {
-        required = required.$plus$plus(filter.references());
+      // What each of our scans must keep: the references of the Project (and Filters) above
+      // it, or null for every column.
+      Map<DataSourceV2ScanRelation, AttributeSet> required = new IdentityHashMap<>();
+      collectRequired(plan, required);
+      if (required.isEmpty()) {
+        return plan;
       }
-      DataSourceV2ScanRelation narrowed = narrowed(relation, required);
-      if (narrowed == null) {
-        return null;
+      Map<Table, List<DataSourceV2ScanRelation>> byTable = new IdentityHashMap<>();
+      for (DataSourceV2ScanRelation scan : required.keySet()) {
+        byTable.computeIfAbsent(scan.relation().table(), t -> new ArrayList<>()).add(scan);
       }
-      LogicalPlan child = narrowed;
-      for (int i = filters.size() - 1; i >= 0; i--) {
-        child = filters.get(i).withNewChildren(seq(List.of(child)));
+      Map<LogicalPlan, LogicalPlan> replacements = new IdentityHashMap<>();
+      for (List<DataSourceV2ScanRelation> scans : byTable.values()) {
+        replacements.putAll(narrowed(scans, required));
       }
-      return project.withNewChildren(seq(List.of(child)));
+      return replacements.isEmpty() ? plan : replaced(plan, replacements);
     } catch (RuntimeException | LinkageError error) {
       if (!warned) {
         warned = true;
         log().warn(ruleName() + " is off: this Spark's internals are not those it was built"
             + " for; queries read every column", error);
       }
-      return null;
+      return plan;
+    }
+  }
+
+  private void collectRequired(LogicalPlan plan, Map<DataSourceV2ScanRelation, AttributeSet> out) {
+    if (plan instanceof DataSourceV2ScanRelation scan && isOurs(scan)) {
+      out.put(scan, null); // reached other than through a Project: its parent may need all
+      return;
+    }
+    if (plan instanceof Project project) {
+      AttributeSet references = project.references();
+      LogicalPlan node = project.child();
+      while (node instanceof Filter filter) {
+        references = references.$plus$plus(filter.references());
+        node = filter.child();
+      }
+      if (node instanceof DataSourceV2ScanRelation scan && isOurs(scan)) {
+        if (!out.containsKey(scan)) {
+          out.put(scan, references);
+        } else if (out.get(scan) != null) {
+          out.put(scan, out.get(scan).$plus$plus(references)); // the same node twice in a plan
+        }
+        return;
+      }
+    }
+    for (LogicalPlan child : CollectionConverters.asJava(plan.children())) {
+      collectRequired(child, out);
     }
   }
 
@@ -118,54 +130,93 @@ public final class ColumnPruning extends Rule<LogicalPlan> {
         && sourceName.equals(table.name());
   }
 
-  /** The scan relation reading only `required` (at least one column), or null if it already does. */
-  private DataSourceV2ScanRelation narrowed(DataSourceV2ScanRelation relation, AttributeSet required) {
-    Scan scan = relation.scan();
-    if (!noFiltersPushed(scan)) {
-      return null;
-    }
-    List<AttributeReference> output = CollectionConverters.asJava(relation.output());
-    StructField[] fields = scan.readSchema().fields();
-    if (fields.length != output.size()) {
-      return null; // not the shape V2ScanRelationPushDown gives: leave it
-    }
-    List<AttributeReference> kept = new ArrayList<>();
-    List<StructField> keptFields = new ArrayList<>();
-    for (int i = 0; i < fields.length; i++) {
-      if (!fields[i].name().equals(output.get(i).name())) {
-        return null;
+  /**
+   * New scans for the scans of one relation, reading the columns any of them needs (at least
+   * one); none if one of them needs all, or they already read only those.
+   */
+  private Map<LogicalPlan, LogicalPlan> narrowed(
+      List<DataSourceV2ScanRelation> scans, Map<DataSourceV2ScanRelation, AttributeSet> required) {
+    StructField[] fields = scans.get(0).scan().readSchema().fields();
+    boolean[] keep = new boolean[fields.length];
+    for (DataSourceV2ScanRelation scan : scans) {
+      List<AttributeReference> output = CollectionConverters.asJava(scan.output());
+      if (required.get(scan) == null
+          || !noFiltersPushed(scan.scan())
+          || !sameFields(scan.scan().readSchema().fields(), fields, output)) {
+        return Map.of();
       }
-      if (required.contains(output.get(i))) {
-        kept.add(output.get(i));
-        keptFields.add(fields[i]);
+      for (int i = 0; i < fields.length; i++) {
+        keep[i] |= required.get(scan).contains(output.get(i));
+      }
+    }
+    List<StructField> kept = new ArrayList<>();
+    for (int i = 0; i < fields.length; i++) {
+      if (keep[i]) {
+        kept.add(fields[i]);
       }
     }
     if (kept.isEmpty()) {
       int cheapest = Math.max(0, indexOf(fields, CHEAPEST_COLUMN));
-      kept.add(output.get(cheapest));
-      keptFields.add(fields[cheapest]);
+      keep[cheapest] = true;
+      kept.add(fields[cheapest]);
     }
-    if (kept.size() == output.size()) {
-      return null;
+    if (kept.size() == fields.length) {
+      return Map.of();
     }
-    StructType schema = new StructType(keptFields.toArray(new StructField[0]));
-    Scan newScan = scanOf(relation.relation().options(), schema);
-    if (!newScan.readSchema().equals(schema)) {
-      return null;
+    StructType schema = new StructType(kept.toArray(new StructField[0]));
+    // One provider for all: it plans the Python reader once, so they read one snapshot.
+    Table table = newTable(schema, scans.get(0).relation().options());
+    Map<LogicalPlan, LogicalPlan> replacements = new IdentityHashMap<>();
+    for (DataSourceV2ScanRelation scan : scans) {
+      CaseInsensitiveStringMap options = scan.relation().options();
+      Scan newScan = ((SupportsRead) table).newScanBuilder(options).build();
+      if (!newScan.readSchema().equals(schema)) {
+        return Map.of();
+      }
+      List<AttributeReference> output = CollectionConverters.asJava(scan.output());
+      List<AttributeReference> keptOutput = new ArrayList<>();
+      for (int i = 0; i < fields.length; i++) {
+        if (keep[i]) {
+          keptOutput.add(output.get(i));
+        }
+      }
+      replacements.put(scan, withScan(scan, newScan, keptOutput));
     }
-    return withScan(relation, newScan, kept);
+    return replacements;
+  }
+
+  /** Whether a scan reads `fields` (by name, in order) into `output`, as pushdown made it. */
+  private static boolean sameFields(
+      StructField[] read, StructField[] fields, List<AttributeReference> output) {
+    if (read.length != fields.length || output.size() != fields.length) {
+      return false;
+    }
+    for (int i = 0; i < fields.length; i++) {
+      if (!read[i].equals(fields[i]) || !fields[i].name().equals(output.get(i).name())) {
+        return false;
+      }
+    }
+    return true;
   }
 
   /**
-   * A scan of the source with `schema`, through the Data Source V2 API as a DataFrameReader
-   * builds one, from a provider of its own: the provider caches the Python reader it plans (for
-   * the schema it is first asked for) and is shared by every query on the same DataFrame.
+   * A table of the source with `schema`, from a provider of its own, as a DataFrameReader makes
+   * one: the provider caches the Python reader it plans (for the schema it is first asked for),
+   * and the original one is shared by every query on the same DataFrame.
    */
-  private Scan scanOf(CaseInsensitiveStringMap options, StructType schema) {
+  private Table newTable(StructType schema, CaseInsensitiveStringMap options) {
     PythonDataSourceV2 provider = new PythonDataSourceV2();
     provider.setShortName(sourceName);
-    Table table = provider.getTable(schema, new Transform[0], options);
-    return ((SupportsRead) table).newScanBuilder(options).build();
+    return provider.getTable(schema, new Transform[0], options);
+  }
+
+  /** `plan` with the nodes that are keys of `replacements` (by identity) replaced. */
+  private static LogicalPlan replaced(LogicalPlan plan, Map<LogicalPlan, LogicalPlan> replacements) {
+    LogicalPlan replacement = replacements.get(plan);
+    if (replacement != null) {
+      return replacement;
+    }
+    return plan.mapChildren(child -> replaced(child, replacements));
   }
 
   /** Filters the Python reader accepted would be lost by a new scan: only prune without them. */
