@@ -4,11 +4,11 @@
 # `spark` target below adds it for the Spark job runner).
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
-# Wheels of Riverbed and of every dependency: the compiler (the record codec is Cython) and the
-# network are needed here only.
+# Wheels of Riverbed and of every dependency: the compilers (the record codec is Cython;
+# riverbed_spark's column pruning jar is Java) and the network are needed here only.
 FROM ${PYTHON_IMAGE} AS builder
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && apt-get install -y --no-install-recommends gcc libc6-dev openjdk-17-jdk-headless \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./

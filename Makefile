@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMPS := .stamps
-SOURCES := $(shell find platform spark -type f \( -name '*.py' -o -name '*.pyx' -o -name '*.pyi' -o -name '*.spec' -o -name 'py.typed' \) 2>/dev/null) pyproject.toml setup.py
+SOURCES := $(shell find platform spark -type f \( -name '*.py' -o -name '*.pyx' -o -name '*.pyi' -o -name '*.spec' -o -name 'py.typed' -o -name '*.java' \) 2>/dev/null) pyproject.toml setup.py
 
 .PHONY: run test lint typecheck bench clean setup setup-test
 
@@ -28,11 +28,15 @@ bench: setup-test
 setup: $(STAMPS)/debian-run $(STAMPS)/installed
 setup-test: setup $(STAMPS)/debian-test $(STAMPS)/test-deps $(STAMPS)/installed $(STAMPS)/checkov
 
-# Java and ZooKeeper come from Debian's packages; only install what is missing.
-$(STAMPS)/debian-run:
+# Java and ZooKeeper come from Debian's packages; only install what is missing. javac builds
+# riverbed_spark's column pruning jar (setup.py). Rechecked when this Makefile changes.
+$(STAMPS)/debian-run: Makefile
 	@mkdir -p $(STAMPS)
 	@if ! dpkg -s zookeeper default-jre-headless >/dev/null 2>&1; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq zookeeper default-jre-headless; \
+	fi
+	@if ! command -v javac >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless; \
 	fi
 	@touch $@
 
@@ -75,7 +79,7 @@ $(STAMPS)/checkov: Makefile
 
 # A regular (non-editable) install: the wheel's generated riverbed/__init__.py (see setup.py) is
 # what users get, so it is what the tests import.
-$(STAMPS)/installed: $(SOURCES) $(STAMPS)/runtime-deps
+$(STAMPS)/installed: $(SOURCES) $(STAMPS)/runtime-deps $(STAMPS)/debian-run
 	$(PY) -m pip install -q --no-deps --no-build-isolation --force-reinstall .
 	@rm -rf build riverbed.egg-info
 	@touch $@

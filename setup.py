@@ -7,8 +7,20 @@ codec.
 `riverbed.protocol.records_fast` (the client's per-record loops) and
 `riverbed.tiering.records_columns` (the tiering's) are Cython with no pure-Python fallback: a
 build without Cython or a C compiler fails rather than yield a slow client or broker.
+
+`riverbed_spark/jars/riverbed-spark-pruning.jar` (column pruning for Spark: docs/spark.md) is
+compiled from spark/jvm/ with javac against the jars of the pyspark in the build environment. A
+build without a JDK or pyspark fails too, rather than yield a Spark source that reads every
+column of every query.
 """
 
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import subprocess
+import tempfile
+import zipfile
 from pathlib import Path
 
 from Cython.Build import cythonize
@@ -25,6 +37,14 @@ COMPILED = [
 ]
 
 
+JAVA_SOURCES = Path(__file__).parent / "spark" / "jvm"
+PRUNING_JAR = Path("riverbed_spark") / "jars" / "riverbed-spark-pruning.jar"
+# The oldest Java that Spark 4 runs on; the classes must load in any JVM that runs Spark.
+JAVA_RELEASE = "17"
+# A zip entry's time is part of the jar's bytes: a fixed one makes builds reproducible.
+JAR_ENTRY_TIME = (2024, 1, 1, 0, 0, 0)
+
+
 class BuildPyWithPackageInit(build_py):
     def run(self) -> None:
         super().run()
@@ -32,6 +52,57 @@ class BuildPyWithPackageInit(build_py):
         target = Path(self.build_lib) / "riverbed" / "__init__.py"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(source.read_text())
+        build_pruning_jar(Path(self.build_lib) / PRUNING_JAR)
+
+
+def build_pruning_jar(target: Path) -> None:
+    """Compile spark/jvm/ against pyspark's jars; the manifest records that pyspark's version,
+    which riverbed_spark/pruning.py checks against the running Spark before using the jar."""
+    spark_jars, spark_version = _pyspark_jars()
+    sources = sorted(str(p) for p in JAVA_SOURCES.rglob("*.java"))
+    with tempfile.TemporaryDirectory(prefix="riverbed-javac-") as classes:
+        subprocess.run(
+            [
+                _javac(),
+                "--release",
+                JAVA_RELEASE,
+                "-Xlint:all,-path",
+                "-Werror",
+                "-encoding",
+                "UTF-8",
+                "-cp",
+                str(spark_jars / "*"),
+                "-d",
+                classes,
+                *sources,
+            ],
+            check=True,
+        )
+        target.parent.mkdir(parents=True, exist_ok=True)
+        manifest = f"Manifest-Version: 1.0\r\nSpark-Version: {spark_version}\r\n\r\n"
+        with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as jar:
+            jar.writestr(zipfile.ZipInfo("META-INF/MANIFEST.MF", JAR_ENTRY_TIME), manifest)
+            for path in sorted(Path(classes).rglob("*.class")):
+                entry = zipfile.ZipInfo(str(path.relative_to(classes)), JAR_ENTRY_TIME)
+                jar.writestr(entry, path.read_bytes(), zipfile.ZIP_DEFLATED)
+
+
+def _pyspark_jars() -> tuple[Path, str]:
+    spec = importlib.util.find_spec("pyspark")  # found, not imported
+    if spec is None or spec.origin is None:
+        raise RuntimeError("building riverbed_spark's pruning jar needs pyspark installed")
+    return Path(spec.origin).parent / "jars", importlib.metadata.version("pyspark")
+
+
+def _javac() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    javac = str(Path(java_home) / "bin" / "javac") if java_home else shutil.which("javac")
+    if javac is None or not Path(javac).exists():
+        raise RuntimeError(
+            "building riverbed_spark's pruning jar needs javac (JDK 17 or later): "
+            "apt-get install openjdk-17-jdk-headless"
+        )
+    return javac
 
 
 setup(

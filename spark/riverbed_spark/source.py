@@ -10,9 +10,9 @@ Options and columns are those of Spark's Kafka source (options.py). Without
 `remote.storage.url` every offset is read through the broker, which serves the cold tier
 itself; without `bootstrap.servers` only what the store holds is read (the cluster may be down).
 
-Spark's Python data sources are not told which columns a query uses, so `select("value")`
-still reads every column. Give the reader a schema with only the columns wanted
-(`.schema("offset long, value binary")`) and only those are read from the objects.
+Spark 4.3 does not tell a Python data source which columns a query uses; pruning.py's rule
+does: `df.select("value")` creates the reader with the schema `value binary`, and only that
+column is read from the objects. `register` installs the rule (see `name`).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from riverbed_spark.planning import (
     from_offset_dict,
     splits_for,
 )
+from riverbed_spark.pruning import SOURCE_NAME, install_on_driver
 from riverbed_spark.reading import COLUMN_TYPES, read_split
 from riverbed_spark.writing import WriteOptions, parse_write_options, write_batches
 
@@ -56,7 +57,11 @@ HEADERS_COLUMN = "headers array<struct<key:string,value:binary>>"
 class RiverbedDataSource(DataSource):  # type: ignore[misc]
     @classmethod
     def name(cls) -> str:
-        return "riverbed"
+        # spark.dataSource.register(RiverbedDataSource) calls this on the driver, the only code
+        # of ours that runs there before queries are planned: it installs column pruning into
+        # the session (a no-op in Python workers and on Spark Connect, and when already done).
+        install_on_driver()
+        return SOURCE_NAME
 
     def schema(self) -> str:
         include_headers = str(self.options.get("includeHeaders", "false")).lower() == "true"

@@ -2,11 +2,14 @@
 
 `platform/` is the source folder of the `riverbed` package, so it must never become an importable
 `platform` package: from the repo root that would shadow the standard library module that pyspark,
-boto and pytest itself rely on. And the wheel must carry every subpackage folder.
+boto and pytest itself rely on. And the wheel must carry every subpackage folder, and the Spark
+source's jar built from spark/jvm.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import io
 import subprocess
 import sys
 import sysconfig
@@ -69,7 +72,21 @@ def test_wheel_contains_every_subpackage(tmp_path: Path) -> None:
                     expected.add("riverbed/" + str(source.relative_to(REPO / "platform")))
     for source in (REPO / "platform").glob("*.py"):
         expected.add("riverbed/" + source.name)
+    for source in (REPO / "spark" / "riverbed_spark").rglob("*.py"):
+        expected.add("riverbed_spark/" + str(source.relative_to(REPO / "spark" / "riverbed_spark")))
+    expected.add(JAR)
     missing = expected - names
     assert not missing, f"wheel lacks {sorted(missing)}"
     init = zipfile.ZipFile(wheel).read("riverbed/__init__.py").decode()
     assert "__version__" in init
+    # The column pruning jar, compiled by the build from every source in spark/jvm, for the
+    # pyspark it was built against.
+    with zipfile.ZipFile(io.BytesIO(zipfile.ZipFile(wheel).read(JAR))) as jar:
+        classes = {name for name in jar.namelist() if name.endswith(".class")}
+        manifest = jar.read("META-INF/MANIFEST.MF").decode()
+    for source in (REPO / "spark" / "jvm").rglob("*.java"):
+        assert str(source.relative_to(REPO / "spark" / "jvm").with_suffix(".class")) in classes
+    assert f"Spark-Version: {importlib.metadata.version('pyspark')}" in manifest.splitlines()
+
+
+JAR = "riverbed_spark/jars/riverbed-spark-pruning.jar"
