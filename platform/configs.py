@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Final, Self, TypeVar
 
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.security.sasl_server import SUPPORTED_MECHANISMS, mechanisms_error
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,15 @@ def _listeners_ok(value: ConfigPrimitive) -> bool:
 
 
 LISTENERS: Final = Validator(_listeners_ok, "a comma-separated list of NAME://host:port")
+
+# Kafka's default is GSSAPI, which Riverbed does not implement. SCRAM only by default: PLAIN sends
+# the password itself (in the clear on a SASL_PLAINTEXT listener) and costs the broker a PBKDF2
+# per login, so it is enabled only on purpose.
+SASL_MECHANISMS_DEFAULT: Final = ("SCRAM-SHA-512", "SCRAM-SHA-256")
+SASL_MECHANISMS: Final = Validator(
+    lambda v: isinstance(v, tuple) and mechanisms_error(v) is None,
+    f"a non-empty comma-separated list of distinct {', '.join(SUPPORTED_MECHANISMS)}",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,6 +338,8 @@ BROKER_ONLY_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
               "0: any free port, logged)", between(-1, 65535)),
     ConfigDef("metrics.host", _T.STRING, None, "interface the metrics endpoint binds (default: "
               "the first listener's)"),
+    ConfigDef("sasl.enabled.mechanisms", _T.LIST, SASL_MECHANISMS_DEFAULT, "SASL mechanisms "
+              "SASL listeners offer, in this order", SASL_MECHANISMS),
 )  # fmt: skip
 
 # Broker configs that can change while brokers run (Kafka's dynamic broker configs), set
@@ -511,6 +523,7 @@ class BrokerConfig:
     remote_log_orphan_grace_ms: int
     metrics_port: int
     metrics_host: str | None
+    sasl_enabled_mechanisms: tuple[str, ...]
     # Broker-level defaults of topic configs (see TOPIC_CONFIG_DEFS' broker_synonym).
     log_cleanup_policy: tuple[str, ...]
     compression_type: str
