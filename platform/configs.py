@@ -26,6 +26,7 @@ from riverbed.security.jaas import Credentials, JaasError, parse_credentials
 from riverbed.security.limits import ConnectionLimits
 from riverbed.security.listeners import ListenerError, ListenerSet, listener_set
 from riverbed.security.tls import TlsFiles
+from riverbed.security.sasl_server import SUPPORTED_MECHANISMS, mechanisms_error
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,15 @@ def _listeners_ok(value: ConfigPrimitive) -> bool:
 
 
 LISTENERS: Final = Validator(_listeners_ok, "a comma-separated list of NAME://host:port")
+
+# Kafka's default is GSSAPI, which Riverbed does not implement. SCRAM only by default: PLAIN sends
+# the password itself (in the clear on a SASL_PLAINTEXT listener) and costs the broker a PBKDF2
+# per login, so it is enabled only on purpose.
+SASL_MECHANISMS_DEFAULT: Final = ("SCRAM-SHA-512", "SCRAM-SHA-256")
+SASL_MECHANISMS: Final = Validator(
+    lambda v: isinstance(v, tuple) and mechanisms_error(v) is None,
+    f"a non-empty comma-separated list of distinct {', '.join(SUPPORTED_MECHANISMS)}",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,9 +297,6 @@ BROKER_ONLY_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
     ConfigDef("ssl.endpoint.identification.algorithm", _T.STRING, "https", "https: check that "
               "another broker's certificate names its host; empty: do not",
               Validator(lambda v: v in ("https", ""), "https or an empty string")),
-    ConfigDef("sasl.enabled.mechanisms", _T.LIST, ("SCRAM-SHA-512", "SCRAM-SHA-256"), "SASL "
-              "mechanisms SASL listeners offer (PLAIN sends the password itself: enable it only "
-              "on SASL_SSL)", each_one_of("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")),
     ConfigDef("sasl.mechanism.inter.broker.protocol", _T.STRING, "SCRAM-SHA-512", "SASL "
               "mechanism brokers use with each other on a SASL inter-broker listener",
               one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
@@ -373,6 +380,8 @@ BROKER_ONLY_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
               "0: any free port, logged)", between(-1, 65535)),
     ConfigDef("metrics.host", _T.STRING, None, "interface the metrics endpoint binds (default: "
               "the first listener's)"),
+    ConfigDef("sasl.enabled.mechanisms", _T.LIST, SASL_MECHANISMS_DEFAULT, "SASL mechanisms "
+              "SASL listeners offer, in this order", SASL_MECHANISMS),
 )  # fmt: skip
 
 # Broker configs that can change while brokers run (Kafka's dynamic broker configs), set
@@ -533,7 +542,6 @@ class BrokerConfig:
     ssl_truststore_location: str | None
     ssl_client_auth: str
     ssl_endpoint_identification_algorithm: str
-    sasl_enabled_mechanisms: tuple[str, ...]
     sasl_mechanism_inter_broker_protocol: str
     sasl_jaas_config: str | None
     max_connections: int
@@ -572,6 +580,7 @@ class BrokerConfig:
     remote_log_orphan_grace_ms: int
     metrics_port: int
     metrics_host: str | None
+    sasl_enabled_mechanisms: tuple[str, ...]
     # Broker-level defaults of topic configs (see TOPIC_CONFIG_DEFS' broker_synonym).
     log_cleanup_policy: tuple[str, ...]
     compression_type: str

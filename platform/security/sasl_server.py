@@ -212,7 +212,7 @@ class SaslServerAuthenticator:
                     if state in (SaslState.START, SaslState.VERSIONS_SEEN):
                         self._mechanism = self._new_mechanism(name)
                     return SaslEvent.HANDSHAKE_ENABLED, None
-                return SaslEvent.HANDSHAKE_NOT_ENABLED, None
+                return SaslEvent.HANDSHAKE_NOT_ENABLED, name
             case m.SaslAuthenticateRequest(auth_bytes=token):
                 mechanism = self._mechanism
                 if state is not SaslState.AUTHENTICATING or mechanism is None:
@@ -238,7 +238,7 @@ class SaslServerAuthenticator:
             case SaslEvent.HANDSHAKE_NOT_ENABLED:
                 return RespondAndClose(
                     m.SaslHandshakeResponse(ErrorCode.UNSUPPORTED_SASL_MECHANISM, enabled),
-                    "the client asked for a SASL mechanism that is not enabled",
+                    f"the client asked for SASL mechanism {reply!r}, which is not enabled",
                 )
         if isinstance(reply, AuthenticationFailed):  # TOKEN_REFUSED
             return RespondAndClose(
@@ -273,7 +273,8 @@ class SaslServerAuthenticator:
         return decision
 
 
-_Reply = bytes | AuthenticationFailed | None
+# A mechanism's answer, its refusal, or the mechanism name a refused handshake asked for.
+_Reply = bytes | AuthenticationFailed | str | None
 
 
 def _generic_failure(mechanism: str | None) -> str:

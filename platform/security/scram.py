@@ -355,7 +355,7 @@ class ScramServer:
     """The broker's side of one SCRAM exchange; feed each client token to `evaluate`.
 
     Every failure raises AuthenticationFailed and leaves the object FAILED. A user that is
-    unknown, or whose stored credential is unusable (another digest, too few or too many
+    unknown, or whose stored credential is unusable (another digest, fewer than ITERATIONS_MIN
     iterations), is given `stand_in_credential` and fails at the proof, like a wrong password.
     """
 
@@ -416,8 +416,13 @@ class ScramServer:
             self._unusable_reason = f"unknown user {first.username!r}"
         elif not credential.fits(self.mechanism):
             self._unusable_reason = f"the stored credential of {first.username!r} is another digest"
-        elif problem := iterations_error(credential.iterations):
-            self._unusable_reason = f"the stored credential of {first.username!r}: {problem}"
+        elif credential.iterations < ITERATIONS_MIN:
+            # Kafka's bound too. No maximum here: the client does the PBKDF2 work, and Kafka's
+            # kafka-configs --zookeeper stores any count above the minimum.
+            self._unusable_reason = (
+                f"the stored credential of {first.username!r} has {credential.iterations} "
+                f"iterations, fewer than {ITERATIONS_MIN}"
+            )
         if self._unusable_reason is not None or credential is None:
             credential = stand_in_credential(self.mechanism, first.username, self._stand_in_secret)
         self._credential = credential

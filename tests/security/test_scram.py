@@ -258,7 +258,7 @@ def test_unusable_stored_credentials_fail_at_the_proof() -> None:
     credentials.set("weak", SHA256, ScramCredential(good.salt, good.stored_key, good.server_key, 1))
     credentials.set("other-digest", SHA512, good)  # a SHA-256 credential filed under SHA-512
     for user, mechanism, fragment in [
-        ("weak", SHA256, "iterations must be in"),
+        ("weak", SHA256, "1 iterations, fewer than 4096"),
         ("other-digest", SHA512, "another digest"),
     ]:
         server = ScramServer(mechanism, credentials)
@@ -268,6 +268,25 @@ def test_unusable_stored_credentials_fail_at_the_proof() -> None:
         with pytest.raises(AuthenticationFailed, match=fragment) as caught:
             server.evaluate(client_final)
         assert caught.value.client_message is GENERIC
+
+
+def test_more_iterations_than_kafkas_admin_api_allows_still_log_in() -> None:
+    """kafka-configs --zookeeper checks only the minimum, and Kafka's broker serves any count:
+    so does this server (the client does the work). Riverbed's own client stops at
+    ITERATIONS_MAX; scramp goes further."""
+    credentials = InMemoryCredentials()
+    salt, stored_key, server_key, iterations = scramp.ScramMechanism(
+        "SCRAM-SHA-256"
+    ).make_auth_info("pw", iteration_count=ITERATIONS_MAX * 2)
+    credentials.set("heavy", SHA256, ScramCredential(salt, stored_key, server_key, iterations))
+    server = ScramServer(SHA256, credentials)
+    client = scramp.ScramClient(["SCRAM-SHA-256"], "heavy", "pw")
+    client.set_server_first(server.evaluate(client.get_client_first().encode()).decode())
+    client.set_server_final(server.evaluate(client.get_client_final().encode()).decode())
+    assert server.complete
+    ours = ScramClient(SHA256, "heavy", "pw")
+    with pytest.raises(SaslClientError, match="iterations must be in"):
+        ours.evaluate_challenge(ScramServer(SHA256, credentials).evaluate(ours.initial_response()))
 
 
 def test_authorization_id_must_be_the_user() -> None:
