@@ -65,8 +65,6 @@ VARINT_BITS_MAX = 63
 # The values a record may carry, as the compiled decoder (records_fast) checks them: the broker
 # decodes with this module what clients produced (ListOffsets by time, the group log), so a
 # value past its type would otherwise reach a response it cannot be encoded into.
-INT32_MIN = -(1 << 31)
-INT32_MAX = (1 << 31) - 1
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 _EMPTY_HEADERS: tuple[tuple[str, bytes | None], ...] = ()
@@ -181,6 +179,8 @@ def _decode_records(header: BatchHeader, data: bytes) -> list[Record]:
     base_timestamp = header.base_timestamp
     max_timestamp = header.max_timestamp
     log_append_time = header.timestamp_type == TIMESTAMP_TYPE_LOG_APPEND_TIME
+    last_offset_delta = header.last_offset_delta
+    previous_delta = -1  # offsets increase within their batch, up to its lastOffsetDelta
     records: list[Record] = []
     append = records.append
     new_tuple = tuple.__new__
@@ -216,10 +216,13 @@ def _decode_records(header: BatchHeader, data: bytes) -> list[Record]:
         else:
             unsigned, position = read_unsigned_varint(data, position)
         offset_delta = (unsigned >> 1) ^ -(unsigned & 1)
-        if not INT32_MIN <= offset_delta <= INT32_MAX:
+        if not previous_delta < offset_delta <= last_offset_delta:
             raise CorruptRecordError(
-                ErrorCode.CORRUPT_MESSAGE, f"record offsetDelta {offset_delta} is not an int32"
+                ErrorCode.CORRUPT_MESSAGE,
+                f"record offsetDelta {offset_delta} is not above the record before "
+                f"({previous_delta}) and within the batch (0..{last_offset_delta})",
             )
+        previous_delta = offset_delta
         unsigned = data[position]
         if unsigned < 0x80:
             position += 1

@@ -3,18 +3,38 @@ at its cause. Every test names the oracle that caught it, how, and what the code
 
 from __future__ import annotations
 
+import base64
 import struct
 
 import pytest
+from riverbed.client.fetcher import PartitionFetch
+from riverbed.client.types import TopicPartition
+from riverbed.hot.compaction import batch_keys
 from riverbed.protocol.compression import CompressionType
 from riverbed.protocol.errors import ErrorCode
-from riverbed.protocol.records import CorruptRecordError, decode_batch, validate_records
+from riverbed.protocol.records import (
+    CorruptRecordError,
+    decode_batch,
+    parse_batch_header,
+    validate_records,
+)
 
-from tools.fuzz.targets import build_batch, check_batch_decoders, check_fetched_records
+from tools.fuzz.targets import (
+    build_batch,
+    check_batch_decoders,
+    check_fetched_records,
+    fuzz_records,
+)
 
-# A batch header: baseOffset 0, producer id -1, one record, base timestamp 1000 (the length, magic
-# and CRC are filled in by build_batch).
-HEADER_FIELDS = struct.pack(">qiibIhiqqqhii", 0, 0, 0, 2, 0, 0, 0, 1000, 1000, -1, -1, -1, 1)
+INT32_MAX = (1 << 31) - 1
+
+
+def header_fields(last_offset_delta: int = 0, records_count: int = 1) -> bytes:
+    """A batch header: baseOffset 0, base timestamp 1000, no producer id (the length, magic and
+    CRC are filled in by build_batch)."""
+    return struct.pack(
+        ">qiibIhiqqqhii", 0, 0, 0, 2, 0, 0, last_offset_delta, 1000, 1000, -1, -1, -1, records_count
+    )
 
 
 def zigzag(value: int) -> bytes:
@@ -47,7 +67,7 @@ PAST_THEIR_TYPE = {
 
 @pytest.mark.parametrize("section", PAST_THEIR_TYPE.values(), ids=PAST_THEIR_TYPE.keys())
 def test_decode_batch_refuses_values_past_their_type(section: bytes) -> None:
-    batch = build_batch(HEADER_FIELDS, section, CompressionType.NONE, compress_section=False)
+    batch = build_batch(header_fields(), section, CompressionType.NONE, compress_section=False)
     # The produce path reads headers only: the broker stores such a batch.
     assert validate_records(memoryview(bytearray(batch)), 1 << 20)
     with pytest.raises(CorruptRecordError) as refused:
@@ -61,7 +81,64 @@ def test_the_largest_values_that_fit_still_decode() -> None:
     section = record(
         timestamp_delta=zigzag((1 << 63) - 1 - 1000), offset_delta=zigzag((1 << 31) - 1)
     )
-    batch = build_batch(HEADER_FIELDS, section, CompressionType.NONE, compress_section=False)
+    fields = header_fields(last_offset_delta=INT32_MAX)
+    batch = build_batch(fields, section, CompressionType.NONE, compress_section=False)
     [decoded] = decode_batch(batch)[1]
     assert (decoded.offset, decoded.timestamp_ms) == ((1 << 31) - 1, (1 << 63) - 1)
+    assert check_batch_decoders(batch) is True
+
+
+def record_at(offset_delta: int) -> bytes:
+    return record(offset_delta=zigzag(offset_delta))
+
+
+# atheris, records target (.fuzz/crashes/records/crash-170f9762...): a batch whose records'
+# offset deltas are not 0, 1, 2... made the consumer hand out offsets out of order (and its
+# position go backwards mid-batch); the log cleaner took them too. The broker stores such a batch
+# (it reads headers only), so every decoder now refuses offsets that do not increase within
+# [baseOffset, baseOffset + lastOffsetDelta], as tiering's decoder already did.
+ATHERIS_RECORDS_OUT_OF_ORDER = base64.b64decode(
+    "AjoAAAAAAAAAAAAAAFD///8AAAIkAAAABmtleQp2YWwA5QEAaAAAaOWD/88A/////////////////wAAAAIkAAAABmtl"
+    "eQp2YWx1ZQICaAJ2Fi/9n6v++QIBAQAA"
+)
+OUT_OF_ORDER = {
+    "backwards": ([1, 0], 1),
+    "repeated": ([0, 0], 1),
+    "past the batch": ([0, 5], 1),
+    "before the batch": ([-1], 0),
+}
+
+
+def test_the_atheris_input_passes_the_records_target() -> None:
+    fuzz_records(ATHERIS_RECORDS_OUT_OF_ORDER)
+
+
+@pytest.mark.parametrize(
+    ("deltas", "last_offset_delta"), OUT_OF_ORDER.values(), ids=OUT_OF_ORDER.keys()
+)
+def test_offsets_out_of_order_are_refused_by_every_decoder(
+    deltas: list[int], last_offset_delta: int
+) -> None:
+    fields = header_fields(last_offset_delta, records_count=len(deltas))
+    section = b"".join(record_at(delta) for delta in deltas)
+    batch = build_batch(fields, section, CompressionType.NONE, compress_section=False)
+    assert validate_records(memoryview(bytearray(batch)), 1 << 20)  # stored as it is
+    with pytest.raises(CorruptRecordError, match="offset"):
+        decode_batch(batch)
+    with pytest.raises(CorruptRecordError, match="offset"):
+        PartitionFetch(TopicPartition("t", 0), batch, 0, 0).take(1)
+    with pytest.raises(CorruptRecordError, match="offset"):
+        batch_keys(batch, parse_batch_header(batch))
+    assert check_batch_decoders(batch) is False
+
+
+def test_gapped_offsets_within_the_batch_still_decode() -> None:
+    fields = header_fields(last_offset_delta=6, records_count=3)
+    section = record_at(0) + record_at(4) + record_at(6)
+    batch = build_batch(fields, section, CompressionType.NONE, compress_section=False)
+    assert [r.offset for r in PartitionFetch(TopicPartition("t", 0), batch, 0, 0).take(5)] == [
+        0,
+        4,
+        6,
+    ]
     assert check_batch_decoders(batch) is True
