@@ -15,10 +15,12 @@ from typing import Any, Final
 from riverbed.protocol.codec import (
     RequestHeader,
     api_specs,
+    data_specs,
     encode_request_header,
     request_header_version,
     write_request_body,
 )
+from riverbed.protocol.data_messages import DATA_CLASSES
 from riverbed.protocol.messages import REQUEST_CLASSES, RequestBody
 from riverbed.protocol.primitives import Output
 from riverbed.protocol.records import CompressionType, encode_batch
@@ -64,6 +66,13 @@ def sample_requests(api_key: int, version: int) -> list[RequestBody]:
         _struct(spec.request, cls, cls, version, nulls=False),
         _struct(spec.request, cls, cls, version, nulls=True),
     ]
+
+
+def sample_data(name: str, version: int) -> Any:
+    """A data schema value (`specs/data/`) with every array of two elements, scalars set."""
+    spec = data_specs()[name]
+    cls = DATA_CLASSES[name]
+    return _struct(spec.struct, cls, cls, version, nulls=False)
 
 
 def request_frame(body: RequestBody, version: int, correlation_id: int = 1) -> bytes:
