@@ -66,10 +66,12 @@ API_VERSIONS_KEY: Final = 18
 # from as little as one byte of the frame: a 100 MiB request of empty Fetch topics would decode
 # into 33 million objects, some 4 GiB and over a minute of the broker's event loop. Real
 # requests hold far fewer: a reassignment of a whole 200,000-partition cluster in one request is
-# about 800,000 (each partition and its three replicas).
+# about 800,000 (each partition and its three replicas). Data schemas take the same budget: the
+# consumer protocol a JoinGroup carries is a client's bytes too, which the broker decodes (offset
+# expiry reads every stable group's subscriptions).
 REQUEST_ARRAY_ELEMENTS_MAX: Final = 1_000_000
-# Responses and data schemas are bounded by their frame or buffer alone (a client chose its
-# broker; data schemas come from the broker's own log or from inside a bounded request).
+# Responses are bounded by their frame alone: a client chose its broker, and a Metadata response
+# of a large cluster holds more (each partition with its replicas and ISR).
 _UNBOUNDED: Final = 2**63
 
 _FIXED: Final = {
@@ -224,7 +226,8 @@ def encode_data(value: DataBody, version: int) -> bytes:
 
 def decode_data(cls: type[Data], buf: bytes | bytearray | memoryview, version: int) -> Data:
     """Decode `version` of the `cls` data schema from `buf`, which it must fill exactly."""
-    value: Data = _decode_exactly(_checked_data_codec(cls, version), memoryview(buf), 0, _UNBOUNDED)
+    codec = _checked_data_codec(cls, version)
+    value: Data = _decode_exactly(codec, memoryview(buf), 0, REQUEST_ARRAY_ELEMENTS_MAX)
     return value
 
 
@@ -233,7 +236,8 @@ def read_data(
 ) -> tuple[Data, int]:
     """Decode `version` of the `cls` data schema at `buf[offset:]`; returns it and its end."""
     value: Data
-    value, end = _decode(_checked_data_codec(cls, version), memoryview(buf), offset, _UNBOUNDED)
+    codec = _checked_data_codec(cls, version)
+    value, end = _decode(codec, memoryview(buf), offset, REQUEST_ARRAY_ELEMENTS_MAX)
     return value, end
 
 

@@ -32,10 +32,12 @@ from riverbed.protocol.connection import (
     CloseConnection,
     ServerConnection,
 )
+from riverbed.protocol.data_messages import ConsumerProtocolSubscription
 from riverbed.protocol.errors import ProtocolDecodeError
 from riverbed.protocol.messages import REQUEST_CLASSES, FetchRequest
 from riverbed.protocol.records import CompressionType, CorruptRecordError, decode_batch
 from riverbed.protocol.schema import FieldSpec
+from riverbed.protocol.versioned import decode_consumer_protocol
 
 from tools.fuzz.corpus import advertised_versions, request_frame, sample_requests
 from tools.fuzz.targets import build_batch, check_fetched_records
@@ -165,6 +167,7 @@ def test_a_request_of_too_many_elements_closes_the_connection_before_building_th
     a million structs and lists. It is refused when the count is read."""
     header = struct.pack(">hhih", 1, 12, 7, -1) + b"\x00"  # Fetch v12, no client id, no tags
     payload = header + _empty_fetch_topics(REQUEST_ARRAY_ELEMENTS_MAX + 1)
+    decode_request_body(1, 12, memoryview(_empty_fetch_topics(1)))  # compile the codec first
     server = ServerConnection()
     server.receive_data(struct.pack(">i", len(payload)) + payload)
     events: list[object] = []
@@ -183,6 +186,19 @@ def test_the_element_budget_counts_every_array_of_the_request() -> None:
     assert decode_request_body(1, 12, view, elements_max=12) == request
     with pytest.raises(ProtocolDecodeError, match="more than 11 array elements"):
         decode_request_body(1, 12, view, elements_max=11)
+
+
+def test_data_schemas_share_the_element_budget() -> None:
+    """A JoinGroup's consumer protocol metadata (decoded by the broker for offset expiry) of
+    REQUEST_ARRAY_ELEMENTS_MAX + 1 empty topic names: 2 MB that would be a million strings."""
+    count = REQUEST_ARRAY_ELEMENTS_MAX + 1
+    subscription = struct.pack(">hi", 0, count) + b"\x00\x00" * count + struct.pack(">i", -1)
+    empty = struct.pack(">hii", 0, 0, -1)  # no topics, no user data: compiles the codec first
+    assert decode_consumer_protocol(ConsumerProtocolSubscription, empty).topics == []
+    with pytest.raises(ProtocolDecodeError, match="array elements"):
+        decode_consumer_protocol(ConsumerProtocolSubscription, subscription)
+    peak = traced_peak(lambda: decode_consumer_protocol(ConsumerProtocolSubscription, subscription))
+    assert peak <= LYING_PREFIX_BYTES_MAX
 
 
 @pytest.mark.parametrize("codec", list(CompressionType))
