@@ -35,7 +35,7 @@ FUZZ: Final = settings(
     derandomize=True,
     database=None,
     deadline=1000,
-    max_examples=200,
+    max_examples=300,
     suppress_health_check=[HealthCheck.too_slow],
 )
 FRAMES: Final = [frame for _, _, frame in seed_frames()]

@@ -49,7 +49,7 @@ FUZZ: Final = settings(
     derandomize=True,
     database=None,
     deadline=1000,
-    max_examples=150,
+    max_examples=250,
     suppress_health_check=[HealthCheck.too_slow],
 )
 TIMESTAMP_MS: Final = 1_700_000_000_000

@@ -43,7 +43,7 @@ FUZZ: Final = settings(
     derandomize=True,
     database=None,
     deadline=1000,
-    max_examples=12,
+    max_examples=20,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
 )
 PAIRS: Final = advertised_versions()
