@@ -25,7 +25,9 @@ from typing import Final
 
 import atheris
 
+# Everything of ours is imported inside this block, so that all of it is instrumented.
 with atheris.instrument_imports(include=["riverbed", "tools.fuzz"]):
+    from riverbed.protocol.records_header import RECORDS_POSITION
     from tools.fuzz import corpus, targets
 
 # libFuzzer's limits: an input that takes longer, or a process that grows past this much
@@ -56,10 +58,11 @@ def seeds(target: str) -> Iterator[bytes]:
     else:
         batches = corpus.sample_batch()
         yield b"\x00" + batches
-        section_seed = batches[61 : 61 + 40]
+        # Modes 1-3 (targets.fuzz_records): a header, then a records section to wrap.
+        header, section = batches[:RECORDS_POSITION], batches[RECORDS_POSITION:]
         for codec in range(5):
             for mode in (1, 2, 3):
-                yield bytes([mode | codec << 2]) + batches[:61] + section_seed
+                yield bytes([mode | codec << 2]) + header + section[:40]
 
 
 def write_seeds(target: str, directory: Path) -> None:
