@@ -28,6 +28,7 @@ import atheris
 # Everything of ours is imported inside this block, so that all of it is instrumented.
 with atheris.instrument_imports(include=["riverbed", "tools.fuzz"]):
     from riverbed.protocol.records_header import RECORDS_POSITION
+
     from tools.fuzz import corpus, targets
 
 # libFuzzer's limits: an input that takes longer, or a process that grows past this much
