@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMPS := .stamps
 SOURCES := $(shell find platform spark -type f \( -name '*.py' -o -name '*.pyx' -o -name '*.pyi' -o -name '*.spec' -o -name 'py.typed' -o -name '*.java' \) 2>/dev/null) pyproject.toml setup.py
 
-.PHONY: run test lint typecheck bench clean setup setup-test
+.PHONY: run test lint typecheck bench fuzz clean setup setup-test
 
 run: setup
 	$(VENV)/bin/riverbed cluster up --brokers 3 --data-dir ./.riverbed --demo-topic demo
@@ -24,6 +24,18 @@ typecheck: setup-test
 
 bench: setup-test
 	$(PY) -m bench.run $(BENCH_ARGS)
+
+# Coverage-guided fuzzing of the codec with atheris (tools/fuzz): each target in turn for
+# FUZZ_SECONDS. The corpus grows in .fuzz/corpus/<target>/; a crashing input stops the run and is
+# kept in .fuzz/crashes/<target>/. Not part of `make test`: docs/security-hostile-input.md.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= stream request records
+
+fuzz: setup $(STAMPS)/fuzz-deps
+	@for target in $(FUZZ_TARGETS); do \
+		echo "fuzzing $$target for $(FUZZ_SECONDS)s"; \
+		$(PY) -m tools.fuzz $$target --seconds $(FUZZ_SECONDS) || exit 1; \
+	done
 
 setup: $(STAMPS)/debian-run $(STAMPS)/installed
 setup-test: setup $(STAMPS)/debian-test $(STAMPS)/test-deps $(STAMPS)/installed $(STAMPS)/checkov
@@ -62,6 +74,11 @@ $(STAMPS)/runtime-deps: pyproject.toml | $(PY)
 # upgrade a library past what a runtime dependency allows (aiobotocore pins botocore).
 $(STAMPS)/test-deps: pyproject.toml $(STAMPS)/runtime-deps | $(PY)
 	{ $(PY) -m tools.deps runtime; $(PY) -m tools.deps test; } | xargs $(PY) -m pip install -q
+	@touch $@
+
+# atheris ships manylinux wheels (libFuzzer built in): no compiler step.
+$(STAMPS)/fuzz-deps: pyproject.toml $(STAMPS)/runtime-deps | $(PY)
+	{ $(PY) -m tools.deps runtime; $(PY) -m tools.deps fuzz; } | xargs $(PY) -m pip install -q
 	@touch $@
 
 # checkov (tests/deploy/test_terraform.py checks terraform/ with it) pins its own boto3, botocore,

@@ -128,7 +128,13 @@ def thin_batch(
 def _record_keys(
     section: bytes, header: BatchHeader
 ) -> list[tuple[int, int, bytes | None, bool, int]]:
-    return record_keys(section, header.base_offset, header.base_timestamp, header.records_count)
+    return record_keys(
+        section,
+        header.base_offset,
+        header.base_timestamp,
+        header.records_count,
+        header.last_offset_delta,
+    )
 
 
 def _section(batch: bytes, header: BatchHeader) -> bytes:

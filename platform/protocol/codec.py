@@ -55,11 +55,24 @@ from riverbed.protocol.schema import (
     load_data_specs,
 )
 
-Reader = Callable[[memoryview, int], tuple[Any, int]]
+Reader = Callable[[memoryview, int, "ElementBudget"], tuple[Any, int]]
 Writer = Callable[[Output, Any], None]
 Data = TypeVar("Data", bound=DataBody)
 
 API_VERSIONS_KEY: Final = 18
+
+# The most array elements one decoded request may hold, over all its arrays. Each element becomes
+# Python objects of 40 to 200 bytes (a struct, an int, the empty list of a nested array) made
+# from as little as one byte of the frame: a 100 MiB request of empty Fetch topics would decode
+# into 33 million objects, some 4 GiB and over a minute of the broker's event loop. Real
+# requests hold far fewer: a reassignment of a whole 200,000-partition cluster in one request is
+# about 800,000 (each partition and its three replicas). Data schemas take the same budget: the
+# consumer protocol a JoinGroup carries is a client's bytes too, which the broker decodes (offset
+# expiry reads every stable group's subscriptions).
+REQUEST_ARRAY_ELEMENTS_MAX: Final = 1_000_000
+# Responses are bounded by their frame alone: a client chose its broker, and a Metadata response
+# of a large cluster holds more (each partition with its replicas and ISR).
+_UNBOUNDED: Final = 2**63
 
 _FIXED: Final = {
     "int8": INT8,
@@ -82,6 +95,21 @@ class RequestHeader:
     api_version: int
     correlation_id: int
     client_id: str | None
+
+
+class ElementBudget:
+    """How many more array elements a decode may produce; spent as each array's count is read."""
+
+    __slots__ = ("remaining", "total")
+
+    def __init__(self, elements_max: int) -> None:
+        self.total = elements_max
+        self.remaining = elements_max
+
+    def spend(self, count: int) -> None:
+        self.remaining -= count
+        if self.remaining < 0:
+            raise ProtocolDecodeError(f"more than {self.total} array elements")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,12 +139,18 @@ def response_header_version(api_key: int, api_version: int) -> int:
 
 
 def decode_request_body(
-    api_key: int, api_version: int, buf: memoryview, offset: int = 0
+    api_key: int,
+    api_version: int,
+    buf: memoryview,
+    offset: int = 0,
+    elements_max: int = REQUEST_ARRAY_ELEMENTS_MAX,
 ) -> RequestBody:
     """Decode the request body at `buf[offset:]`. Bytes after it are ignored, as Kafka's broker
     ignores them: librdkafka 2.16's AdminClient.list_topics() sends three after its Metadata v12
-    body, and refusing them cut off every such client."""
-    body: RequestBody = _decode(_message_codec(api_key, api_version, False), buf, offset)[0]
+    body, and refusing them cut off every such client. A body of more than `elements_max`
+    array elements raises ProtocolDecodeError."""
+    codec = _message_codec(api_key, api_version, False)
+    body: RequestBody = _decode(codec, buf, offset, elements_max)[0]
     return body
 
 
@@ -124,7 +158,8 @@ def decode_response_body(
     api_key: int, api_version: int, buf: memoryview, offset: int = 0
 ) -> ResponseBody:
     """Decode the response body that fills `buf[offset:]` exactly."""
-    body: ResponseBody = _decode_exactly(_message_codec(api_key, api_version, True), buf, offset)
+    codec = _message_codec(api_key, api_version, True)
+    body: ResponseBody = _decode_exactly(codec, buf, offset, _UNBOUNDED)
     return body
 
 
@@ -149,16 +184,16 @@ def write_response_body(out: Output, body: ResponseBody, api_version: int) -> No
     _encode(_message_codec(body.API_KEY, api_version, True), out, body)
 
 
-def _decode_exactly(codec: _Codec, buf: memoryview, offset: int) -> Any:
-    value, end = _decode(codec, buf, offset)
+def _decode_exactly(codec: _Codec, buf: memoryview, offset: int, elements_max: int) -> Any:
+    value, end = _decode(codec, buf, offset, elements_max)
     if end != len(buf):
         raise ProtocolDecodeError(f"{len(buf) - end} unexpected bytes after the message body")
     return value
 
 
-def _decode(codec: _Codec, buf: memoryview, offset: int) -> tuple[Any, int]:
+def _decode(codec: _Codec, buf: memoryview, offset: int, elements_max: int) -> tuple[Any, int]:
     try:
-        return codec.read(buf, offset)
+        return codec.read(buf, offset, ElementBudget(elements_max))
     except struct.error as exc:  # a fixed-size value ran past the end of the buffer
         raise ProtocolDecodeError(f"truncated message: {exc}") from exc
 
@@ -191,7 +226,8 @@ def encode_data(value: DataBody, version: int) -> bytes:
 
 def decode_data(cls: type[Data], buf: bytes | bytearray | memoryview, version: int) -> Data:
     """Decode `version` of the `cls` data schema from `buf`, which it must fill exactly."""
-    value: Data = _decode_exactly(_checked_data_codec(cls, version), memoryview(buf), 0)
+    codec = _checked_data_codec(cls, version)
+    value: Data = _decode_exactly(codec, memoryview(buf), 0, REQUEST_ARRAY_ELEMENTS_MAX)
     return value
 
 
@@ -200,7 +236,8 @@ def read_data(
 ) -> tuple[Data, int]:
     """Decode `version` of the `cls` data schema at `buf[offset:]`; returns it and its end."""
     value: Data
-    value, end = _decode(_checked_data_codec(cls, version), memoryview(buf), offset)
+    codec = _checked_data_codec(cls, version)
+    value, end = _decode(codec, memoryview(buf), offset, REQUEST_ARRAY_ELEMENTS_MAX)
     return value, end
 
 
@@ -229,7 +266,7 @@ def decode_request_header(buf: memoryview, header_version: int) -> tuple[Request
     except struct.error as exc:
         raise ProtocolDecodeError("truncated request header") from exc
     # ClientId stays a non-compact nullable string even in the flexible header v2.
-    client_id, offset = _NULLABLE_STRING.read(buf, _REQUEST_HEADER_PREFIX.size)
+    client_id, offset = _NULLABLE_STRING.read(buf, _REQUEST_HEADER_PREFIX.size, _NO_ELEMENTS)
     if header_version >= 2:
         offset = _skip_tagged_fields(buf, offset)
     return RequestHeader(api_key, api_version, correlation_id, client_id), offset
@@ -307,12 +344,12 @@ def _struct_codec(
             codec = _field_codec(f, message_cls, version, flexible)
             tagged[f.tag] = (f.attr_name, codec, getattr(defaults, f.attr_name))
 
-    def read(buf: memoryview, offset: int) -> tuple[Any, int]:
+    def read(buf: memoryview, offset: int, budget: ElementBudget) -> tuple[Any, int]:
         values: dict[str, Any] = {}
         for name, read_field in readers:
-            values[name], offset = read_field(buf, offset)
+            values[name], offset = read_field(buf, offset, budget)
         if flexible:
-            offset = _read_tagged_fields(buf, offset, tagged, values)
+            offset = _read_tagged_fields(buf, offset, tagged, values, budget)
         return cls(**values), offset
 
     def write(out: Output, value: Any) -> None:
@@ -331,7 +368,7 @@ _Tagged = dict[int, tuple[str, _Codec, Any]]
 
 
 def _read_tagged_fields(
-    buf: memoryview, offset: int, tagged: _Tagged, values: dict[str, Any]
+    buf: memoryview, offset: int, tagged: _Tagged, values: dict[str, Any], budget: ElementBudget
 ) -> int:
     count, offset = read_uvarint(buf, offset)
     for _ in range(count):
@@ -341,7 +378,7 @@ def _read_tagged_fields(
         known = tagged.get(tag)
         if known is not None:  # unknown tags are skipped: a newer peer may send them
             name, codec, _default = known
-            values[name], read_end = codec.read(buf[:end], offset)
+            values[name], read_end = codec.read(buf[:end], offset, budget)
             if read_end != end:
                 raise ProtocolDecodeError(f"tagged field {tag} is {size} bytes but decodes shorter")
         offset = end
@@ -380,7 +417,7 @@ def _array_codec(element: _Codec, nullable: bool, flexible: bool) -> _Codec:
     element_size_min = max(element.min_size, 1)
     read_element, write_element = element.read, element.write
 
-    def read(buf: memoryview, offset: int) -> tuple[Any, int]:
+    def read(buf: memoryview, offset: int, budget: ElementBudget) -> tuple[Any, int]:
         count, offset = read_length(buf, offset, flexible)
         if count < 0:
             if count == -1 and nullable:
@@ -388,9 +425,10 @@ def _array_codec(element: _Codec, nullable: bool, flexible: bool) -> _Codec:
             raise ProtocolDecodeError(f"invalid array length {count} at offset {offset}")
         if count * element_size_min > len(buf) - offset:
             raise ProtocolDecodeError(f"array of {count} elements exceeds the buffer")
+        budget.spend(count)
         items = []
         for _ in range(count):
-            item, offset = read_element(buf, offset)
+            item, offset = read_element(buf, offset, budget)
             items.append(item)
         return items, offset
 
@@ -434,7 +472,7 @@ def _primitive_codec(type_name: str, nullable: bool, flexible: bool) -> _Codec:
 def _fixed_codec(packer: struct.Struct) -> _Codec:
     unpack_from, pack, size = packer.unpack_from, packer.pack, packer.size
 
-    def read(buf: memoryview, offset: int) -> tuple[Any, int]:
+    def read(buf: memoryview, offset: int, _budget: ElementBudget) -> tuple[Any, int]:
         return unpack_from(buf, offset)[0], offset + size
 
     def write(out: Output, value: Any) -> None:
@@ -443,7 +481,7 @@ def _fixed_codec(packer: struct.Struct) -> _Codec:
     return _Codec(read, write, size)
 
 
-def _read_bool(buf: memoryview, offset: int) -> tuple[Any, int]:
+def _read_bool(buf: memoryview, offset: int, _budget: ElementBudget) -> tuple[Any, int]:
     if offset >= len(buf):
         raise ProtocolDecodeError("truncated bool")
     return buf[offset] != 0, offset + 1
@@ -462,11 +500,11 @@ def _write_uuid(out: Output, value: Any) -> None:
 
 
 _BOOL: Final = _Codec(_read_bool, _write_bool, 1)
-_UUID: Final = _Codec(read_uuid, _write_uuid, 16)
+_UUID: Final = _Codec(lambda buf, offset, _budget: read_uuid(buf, offset), _write_uuid, 16)
 
 
 def _string_codec(nullable: bool, flexible: bool) -> _Codec:
-    def read(buf: memoryview, offset: int) -> tuple[Any, int]:
+    def read(buf: memoryview, offset: int, _budget: ElementBudget) -> tuple[Any, int]:
         length, offset = read_string_length(buf, offset, flexible)
         if length < 0:
             if length == -1 and nullable:
@@ -492,7 +530,7 @@ def _string_codec(nullable: bool, flexible: bool) -> _Codec:
 
 
 def _bytes_codec(nullable: bool, flexible: bool, zero_copy: bool) -> _Codec:
-    def read(buf: memoryview, offset: int) -> tuple[Any, int]:
+    def read(buf: memoryview, offset: int, _budget: ElementBudget) -> tuple[Any, int]:
         length, offset = read_length(buf, offset, flexible)
         if length < 0:
             if length == -1 and nullable:
@@ -518,3 +556,5 @@ def _bytes_codec(nullable: bool, flexible: bool, zero_copy: bool) -> _Codec:
 
 # The request header's ClientId: a nullable string that is never compact.
 _NULLABLE_STRING: Final = _string_codec(nullable=True, flexible=False)
+# For readers that hold no array.
+_NO_ELEMENTS: Final = ElementBudget(0)

@@ -15,8 +15,10 @@ Java client reads, and reads what every common producer writes:
 """
 
 import enum
+import mmap
 import struct
 from collections.abc import Callable
+from typing import Final
 
 import cramjam
 
@@ -37,6 +39,22 @@ GZIP_LEVEL = 6
 LZ4_LEVEL = 9
 ZSTD_LEVEL = 3
 
+# The most bytes one records section may decompress to. Compression makes a batch's section any
+# size at all (a 16 KiB zstd frame holds 512 MiB of zeros), and the broker decompresses batches
+# that clients produced (the log cleaner, tiering, ListOffsets by time) as consumers decompress
+# what they fetch: without a bound, one small batch makes either allocate without limit.
+# 128 MiB is far above any batch a Kafka producer builds with its defaults (the Java producer
+# closes a batch at batch.size, 16 KiB of estimated compressed bytes, and refuses records over
+# max.request.size, 1 MiB uncompressed; librdkafka's batch.size is 1 MB uncompressed), and room
+# for a 100 MiB record (Kafka's socket.request.max.bytes) sent compressed.
+DECOMPRESSED_BYTES_MAX: Final = 128 * 1024 * 1024
+# The first output buffer tried, as a multiple of the compressed size (and at least
+# _GUESS_BYTES_MIN): typical record data compresses 4-20x. Only a section that does not fit is
+# decompressed again, into an anonymous map of the whole limit, whose pages the kernel commits
+# only as they are written.
+_GUESS_RATIO: Final = 32
+_GUESS_BYTES_MIN: Final = 64 * 1024
+
 # The xerial (snappy-java SnappyOutputStream) framing: an 8-byte magic, then int32 version and
 # int32 minimum compatible version, then blocks of [int32 compressed length][raw snappy chunk].
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
@@ -52,15 +70,46 @@ def compress(codec: CompressionType, data: Bytes) -> bytes:
     return _COMPRESSORS[codec](data)
 
 
-def decompress(codec: CompressionType, data: Bytes) -> bytes:
+def decompress(
+    codec: CompressionType, data: Bytes, max_bytes: int = DECOMPRESSED_BYTES_MAX
+) -> bytes:
     """Decompress `data` written by any Kafka client as `codec`.
 
-    Raises DecompressionError when the bytes are not valid for the codec.
+    Raises DecompressionError when the bytes are not valid for the codec or would decompress to
+    more than `max_bytes`; decompression stops there, so no more than that is ever allocated.
     """
+    if codec == CompressionType.NONE:
+        if len(data) > max_bytes:
+            raise DecompressionError(f"{len(data)} bytes are over the limit of {max_bytes}")
+        return bytes(data)
     try:
-        return _DECOMPRESSORS[codec](data)
+        if codec == CompressionType.SNAPPY:
+            return _snappy_decompress(data, max_bytes)
+        return _decompress_bounded(_DECOMPRESSORS_INTO[codec], data, max_bytes)
     except cramjam.DecompressionError as error:
-        raise DecompressionError(f"{codec.name.lower()}: {error}") from error
+        raise DecompressionError(
+            f"{codec.name.lower()}: {error} (malformed, or over {max_bytes} bytes)"
+        ) from error
+
+
+DecompressInto = Callable[[Bytes, bytearray | mmap.mmap], int]
+
+
+def _decompress_bounded(decompress_into: DecompressInto, data: Bytes, max_bytes: int) -> bytes:
+    # cramjam's decompress_into stops with an error as soon as the output buffer is full, so
+    # the buffer's size is the bound.
+    guess = min(max_bytes, max(_GUESS_BYTES_MIN, _GUESS_RATIO * len(data)))
+    out = bytearray(guess)
+    try:
+        written = decompress_into(data, out)
+        return bytes(memoryview(out)[:written])
+    except cramjam.DecompressionError:
+        if guess >= max_bytes:
+            raise
+    del out
+    with mmap.mmap(-1, max_bytes) as whole:
+        written = decompress_into(data, whole)
+        return whole[:written]
 
 
 def _lz4_compress(data: Bytes) -> bytes:
@@ -70,10 +119,18 @@ def _lz4_compress(data: Bytes) -> bytes:
     return bytes(compressor.finish())
 
 
-def _snappy_decompress(data: Bytes) -> bytes:
+def _snappy_raw_decompress(data: Bytes, max_bytes: int) -> bytes:
+    # Raw snappy starts with the exact decompressed length: judge it before allocating it.
+    length = cramjam.snappy.decompress_raw_len(data)
+    if length > max_bytes:
+        raise DecompressionError(f"snappy: {length} bytes are over the limit of {max_bytes}")
+    return bytes(cramjam.snappy.decompress_raw(data))
+
+
+def _snappy_decompress(data: Bytes, max_bytes: int) -> bytes:
     view = memoryview(data)
     if view[: len(XERIAL_MAGIC)] != XERIAL_MAGIC:
-        return bytes(cramjam.snappy.decompress_raw(view))
+        return _snappy_raw_decompress(view, max_bytes)
     if len(view) < XERIAL_HEADER_BYTES:
         raise DecompressionError("snappy: xerial header is truncated")
     chunks = []
@@ -86,7 +143,9 @@ def _snappy_decompress(data: Bytes) -> bytes:
         position += _XERIAL_BLOCK_LENGTH.size
         if block_bytes < 0 or position + block_bytes > end:
             raise DecompressionError(f"snappy: xerial block of {block_bytes} bytes overruns data")
-        chunks.append(bytes(cramjam.snappy.decompress_raw(view[position : position + block_bytes])))
+        chunk = _snappy_raw_decompress(view[position : position + block_bytes], max_bytes)
+        max_bytes -= len(chunk)
+        chunks.append(chunk)
         position += block_bytes
     return b"".join(chunks)
 
@@ -98,10 +157,8 @@ _COMPRESSORS: dict[CompressionType, Callable[[Bytes], bytes]] = {
     CompressionType.LZ4: _lz4_compress,
     CompressionType.ZSTD: lambda data: bytes(cramjam.zstd.compress(data, level=ZSTD_LEVEL)),
 }
-_DECOMPRESSORS: dict[CompressionType, Callable[[Bytes], bytes]] = {
-    CompressionType.NONE: bytes,
-    CompressionType.GZIP: lambda data: bytes(cramjam.gzip.decompress(data)),
-    CompressionType.SNAPPY: _snappy_decompress,
-    CompressionType.LZ4: lambda data: bytes(cramjam.lz4.decompress(data)),
-    CompressionType.ZSTD: lambda data: bytes(cramjam.zstd.decompress(data)),
+_DECOMPRESSORS_INTO: dict[CompressionType, DecompressInto] = {
+    CompressionType.GZIP: cramjam.gzip.decompress_into,
+    CompressionType.LZ4: cramjam.lz4.decompress_into,
+    CompressionType.ZSTD: cramjam.zstd.decompress_into,
 }

@@ -60,8 +60,13 @@ class Record(NamedTuple):
     headers: tuple[tuple[str, bytes | None], ...]
 
 
-# A 64-bit value needs at most ten 7-bit groups.
+# A 64-bit value needs at most ten 7-bit groups; the tenth, at shift 63, may only hold bit 63.
 VARINT_BITS_MAX = 63
+# The values a record may carry, as the compiled decoder (records_fast) checks them: the broker
+# decodes with this module what clients produced (ListOffsets by time, the group log), so a
+# value past its type would otherwise reach a response it cannot be encoded into.
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
 _EMPTY_HEADERS: tuple[tuple[str, bytes | None], ...] = ()
 _CRC = struct.Struct(">I")
 
@@ -153,12 +158,12 @@ def _read_unsigned_varint(data: bytes, position: int) -> tuple[int, int]:
     while True:
         byte = data[position]
         position += 1
+        if shift == VARINT_BITS_MAX and byte > 1:
+            raise CorruptRecordError(ErrorCode.CORRUPT_MESSAGE, "varint does not fit 64 bits")
         unsigned |= (byte & 0x7F) << shift
         if byte < 0x80:
             return unsigned, position
         shift += 7
-        if shift > VARINT_BITS_MAX:
-            raise CorruptRecordError(ErrorCode.CORRUPT_MESSAGE, "varint is longer than 10 bytes")
 
 
 def _read_varint(data: bytes, position: int) -> tuple[int, int]:
@@ -174,6 +179,8 @@ def _decode_records(header: BatchHeader, data: bytes) -> list[Record]:
     base_timestamp = header.base_timestamp
     max_timestamp = header.max_timestamp
     log_append_time = header.timestamp_type == TIMESTAMP_TYPE_LOG_APPEND_TIME
+    last_offset_delta = header.last_offset_delta
+    previous_delta = -1  # offsets increase within their batch, up to its lastOffsetDelta
     records: list[Record] = []
     append = records.append
     new_tuple = tuple.__new__
@@ -209,6 +216,13 @@ def _decode_records(header: BatchHeader, data: bytes) -> list[Record]:
         else:
             unsigned, position = read_unsigned_varint(data, position)
         offset_delta = (unsigned >> 1) ^ -(unsigned & 1)
+        if not previous_delta < offset_delta <= last_offset_delta:
+            raise CorruptRecordError(
+                ErrorCode.CORRUPT_MESSAGE,
+                f"record offsetDelta {offset_delta} is not above the record before "
+                f"({previous_delta}) and within the batch (0..{last_offset_delta})",
+            )
+        previous_delta = offset_delta
         unsigned = data[position]
         if unsigned < 0x80:
             position += 1
@@ -250,7 +264,12 @@ def _decode_records(header: BatchHeader, data: bytes) -> list[Record]:
                 f"record ends at {position} of the records section, its length says {record_end}",
             )
         timestamp_ms = max_timestamp if log_append_time else base_timestamp + timestamp_delta
-        append(new_tuple(Record, (base_offset + offset_delta, timestamp_ms, key, value, headers)))
+        offset = base_offset + offset_delta
+        if not (INT64_MIN <= offset <= INT64_MAX and INT64_MIN <= timestamp_ms <= INT64_MAX):
+            raise CorruptRecordError(
+                ErrorCode.CORRUPT_MESSAGE, "record offset or timestamp overflows int64"
+            )
+        append(new_tuple(Record, (offset, timestamp_ms, key, value, headers)))
     if position != len(data):
         raise CorruptRecordError(
             ErrorCode.CORRUPT_MESSAGE,

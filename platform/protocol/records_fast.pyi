@@ -14,5 +14,5 @@ def append_records(
     base_timestamp: int,
 ) -> int: ...
 def record_keys(
-    data: Bytes, base_offset: int, base_timestamp: int, records_count: int
+    data: Bytes, base_offset: int, base_timestamp: int, records_count: int, last_offset_delta: int
 ) -> list[tuple[int, int, bytes | None, bool, int]]: ...

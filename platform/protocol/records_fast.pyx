@@ -7,9 +7,12 @@ every read is checked by hand against the end of the record it belongs to (bound
 off for the whole module: no line indexes the buffer without such a check), and anything
 malformed raises CorruptRecordError(CORRUPT_MESSAGE), never a crash or another exception.
 
-It refuses three things the wire format could carry, each a value no client writes: a varint
-that does not fit 64 bits, an offsetDelta outside int32 (Kafka's varint), and an offset or
-timestamp that overflows int64 once its delta is added.
+It refuses what the wire format could carry but no client writes: a varint that does not fit 64
+bits, an offset or timestamp that overflows int64 once its delta is added, and an offsetDelta
+that is not above the record before or past the batch's lastOffsetDelta (offsets must increase
+within their batch, as tiering's RecordColumns requires too: a record claiming an offset out of
+order or past its batch would move a consumer's position backwards, or the log cleaner's map of
+latest offsets past records that come later).
 
 `record_keys` is the log cleaner's view of a batch: each record's key, offset, timestamp,
 whether it is a tombstone, and where it ends, so that the records kept are copied byte for byte.
@@ -31,7 +34,7 @@ from cpython.object cimport PyTypeObject
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.ref cimport Py_INCREF
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize, PyUnicode_DecodeUTF8
-from libc.stdint cimport INT32_MAX, INT32_MIN, int64_t
+from libc.stdint cimport int64_t
 from libc.string cimport memcpy
 
 from kafka_varint cimport (
@@ -164,6 +167,7 @@ cdef struct RecordStart:
     Py_ssize_t record_start
     Py_ssize_t record_end
     int64_t timestamp_delta
+    int64_t offset_delta  # set to -1 before the first record: each must be above the last
     int64_t offset
     Py_ssize_t key_position
     int64_t key_length  # -1: null key
@@ -175,13 +179,14 @@ cdef inline Py_ssize_t read_record_start(
     Py_ssize_t position,
     Py_ssize_t end,
     int64_t base_offset,
+    int64_t last_offset_delta,
     int64_t index,
     int64_t records_count,
     RecordStart *out,
 ) except -1:
-    """Read record `index` at `position` up to its value length into `out`; return the position
-    of its value. Every read is checked against the record's own length; anything malformed
-    raises CorruptRecordError."""
+    """Read record `index` at `position` up to its value length into `out` (which holds the
+    record before's offset delta); return the position of its value. Every read is checked
+    against the record's own length; anything malformed raises CorruptRecordError."""
     cdef int64_t length, offset_delta
     out.record_start = position
     position = read_varint(buf, position, end, &length)
@@ -193,8 +198,15 @@ cdef inline Py_ssize_t read_record_start(
     if position == CUT_SHORT:
         raise corrupt("record timestamp delta is cut short", out.record_start)
     position = read_varint(buf, position, out.record_end, &offset_delta)
-    if position == CUT_SHORT or not INT32_MIN <= offset_delta <= INT32_MAX:
-        raise corrupt("record offset delta is cut short or not an int32", out.record_start)
+    if position == CUT_SHORT:
+        raise corrupt("record offset delta is cut short", out.record_start)
+    if not out.offset_delta < offset_delta <= last_offset_delta:
+        raise corrupt(
+            f"record offset delta {offset_delta} is not above the record before "
+            f"({out.offset_delta}) and within the batch (0..{last_offset_delta})",
+            out.record_start,
+        )
+    out.offset_delta = offset_delta
     if riverbed_add_overflows(base_offset, offset_delta, &out.offset):
         raise corrupt("record offset overflows int64", out.record_start)
     position = read_length(buf, position, out.record_end, &out.key_length)
@@ -220,6 +232,7 @@ def decode_records(tp, header, const unsigned char[::1] data not None, int64_t s
     # Never dereferenced when the section is empty: every read checks `position < end` first.
     cdef const unsigned char *buf = &data[0] if end > 0 else NULL
     cdef int64_t base_offset = header.base_offset
+    cdef int64_t last_offset_delta = header.last_offset_delta
     cdef int64_t base_timestamp = header.base_timestamp
     cdef bint log_append_time = header.timestamp_type == TIMESTAMP_TYPE_LOG_APPEND_TIME
     cdef int64_t records_count = header.records_count
@@ -237,8 +250,11 @@ def decode_records(tp, header, const unsigned char[::1] data not None, int64_t s
     cdef tuple headers
     if records_count < 0:
         raise corrupt(f"record batch has recordsCount {records_count}", 0)
+    fields.offset_delta = -1
     for index in range(records_count):
-        position = read_record_start(buf, position, end, base_offset, index, records_count, &fields)
+        position = read_record_start(
+            buf, position, end, base_offset, last_offset_delta, index, records_count, &fields
+        )
         key = (
             PyBytes_FromStringAndSize(<const char *>buf + fields.key_position, fields.key_length)
             if fields.key_length >= 0
@@ -289,6 +305,7 @@ def record_keys(
     int64_t base_offset,
     int64_t base_timestamp,
     int64_t records_count,
+    int64_t last_offset_delta,
 ):
     """(end position, offset, key, is tombstone, create time) of each record of the
     (decompressed) records section `data` of a batch: what the log cleaner needs to decide which
@@ -305,8 +322,11 @@ def record_keys(
     cdef object key
     if records_count < 0:
         raise corrupt(f"record batch has recordsCount {records_count}", 0)
+    fields.offset_delta = -1
     for index in range(records_count):
-        read_record_start(buf, position, end, base_offset, index, records_count, &fields)
+        read_record_start(
+            buf, position, end, base_offset, last_offset_delta, index, records_count, &fields
+        )
         if riverbed_add_overflows(base_timestamp, fields.timestamp_delta, &timestamp_ms):
             raise corrupt("record timestamp overflows int64", fields.record_start)
         key = (

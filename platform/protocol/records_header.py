@@ -197,8 +197,9 @@ def validate_records(buf: Bytes, max_message_bytes: int) -> list[BatchHeader]:
       batchLength too small for a header, an unknown codec, or a CRC mismatch. Kafka's own
       reader silently drops a partial tail; we refuse it, since no client sends one on purpose;
     - INVALID_RECORD: a batch Kafka's LogValidator refuses from a client (its InvalidRecord
-      Exception): recordsCount <= 0, lastOffsetDelta != recordsCount - 1, baseOffset != 0,
-      a control batch, or a producer id without a base sequence.
+      Exception): recordsCount <= 0, lastOffsetDelta != recordsCount - 1, a control batch, or
+      a producer id without a base sequence. Any baseOffset is accepted, as Kafka does: the
+      broker overwrites it.
     """
     headers = _intact_batches(buf, max_message_bytes)
     position = 0

@@ -127,7 +127,7 @@ GOOD = encode_batch([(b"key", b"value", [("h", b"v")], 0), (None, None, [], 0)])
         (_raw_batch(_section(GOOD) + b"\x00", records_count=2), "records end at"),
         (_raw_batch(b"\x0c\x00\x00\x00\x05", records_count=1), "key has length -3"),
         (_raw_batch(b"\x0a\x00\x00\x00\x01\x01\x02\x01", records_count=1), "header key"),
-        (_raw_batch(b"\x02\x00" + b"\xff" * 11, records_count=1), "longer than 10 bytes"),
+        (_raw_batch(b"\x02\x00" + b"\xff" * 11, records_count=1), "does not fit 64 bits"),
         (_raw_batch(b"not snappy at all", 1, compression=2), "snappy"),
     ],
 )
