@@ -25,8 +25,8 @@ from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.security.jaas import Credentials, JaasError, parse_credentials
 from riverbed.security.limits import ConnectionLimits
 from riverbed.security.listeners import ListenerError, ListenerSet, listener_set
-from riverbed.security.tls import TlsFiles
 from riverbed.security.sasl_server import SUPPORTED_MECHANISMS, mechanisms_error
+from riverbed.security.tls import TlsFiles
 
 log = logging.getLogger(__name__)
 
