@@ -114,6 +114,7 @@ class ColdCompactionResult:
     hot_bytes_read: int = 0
     map_keys: int = 0
     map_end_offset: int = 0
+    map_full: bool = False  # the map stopped before the high watermark
     compacted_end_offset: int = 0
     seconds: float = 0.0
     written: dict[str, RemoteSegment] = field(default_factory=dict)
@@ -150,7 +151,8 @@ class ColdCompactor:
         self._offloader = offloader
         self._partitions = partitions
         self._topic_config = topic_config
-        self._settings = settings
+        # Read at each pass (a test or tool may replace it between passes).
+        self.settings = settings
         self._now_ms = now_ms
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="cold-compaction")
         self._task: asyncio.Task[None] | None = None
@@ -161,8 +163,8 @@ class ColdCompactor:
 
     def prepare(self) -> None:
         """What `start()` does before its loop: enough for `run_once()` driven by hand."""
-        shutil.rmtree(self._settings.work_dir, ignore_errors=True)
-        self._settings.work_dir.mkdir(parents=True)
+        shutil.rmtree(self.settings.work_dir, ignore_errors=True)
+        self.settings.work_dir.mkdir(parents=True)
 
     def start(self) -> None:
         self.prepare()
@@ -184,7 +186,7 @@ class ColdCompactor:
                 log.exception("cold compaction round failed")
                 result = None
             if result is None:
-                await asyncio.sleep(self._settings.backoff_ms / 1000)
+                await asyncio.sleep(self.settings.backoff_ms / 1000)
 
     async def run_once(self, *, force: bool = False) -> ColdCompactionResult | None:
         """Tidy every eligible partition, then one pass over the one that needs it most (with
@@ -223,24 +225,24 @@ class ColdCompactor:
             if pending is not None and cold_commit.is_stale(
                 pending,
                 leader_epoch=epoch,
-                owner=self._settings.owner,
+                owner=self.settings.owner,
                 running_id=self._running_id,
                 now_ms=now_ms,
             ):
                 manifest = await cold_commit.abort(self._store, metadata, epoch, pending)
             if manifest.retired:
                 manifest = await cold_commit.delete_retired(
-                    self._store, metadata, epoch, now_ms, self._settings.grace_ms
+                    self._store, metadata, epoch, now_ms, self.settings.grace_ms
                 )
         except (ObjectStoreError, KafkaError, ManifestError) as error:
             log.warning("%s: cold compaction cannot look at the manifest: %s", partition, error)
             return None
         plan = plan_cold_compaction(manifest, config, now_ms)
-        if not self._settings.passes_enabled:
+        if not self.settings.passes_enabled:
             return None
         if plan is None or manifest.compaction is not None or not (plan.due or force):
             return None
-        if plan.log_bytes > self._settings.broker_max_bytes:
+        if plan.log_bytes > self.settings.broker_max_bytes:
             self._leave_to_spark(partition, plan)
             return None
         return plan, partition, metadata, epoch
@@ -257,7 +259,7 @@ class ColdCompactor:
             topic=partition.topic,
             partition=partition.index,
             log_bytes=plan.log_bytes,
-            broker_max_bytes=self._settings.broker_max_bytes,
+            broker_max_bytes=self.settings.broker_max_bytes,
             hint="python -m riverbed_spark.jobs.compact_cold",
         )
 
@@ -273,7 +275,7 @@ class ColdCompactor:
             plan,
             partition.topic,
             partition.index,
-            owner=self._settings.owner,
+            owner=self.settings.owner,
             leader_epoch=epoch,
             now_ms=now_ms,
         )
@@ -285,7 +287,7 @@ class ColdCompactor:
             epoch,
             now_ms - config.delete_retention_ms,
             partition.log.high_watermark,
-            self._settings.work_dir / pending.id,
+            self.settings.work_dir / pending.id,
         )
         self._running_id = pending.id
         try:
@@ -355,8 +357,8 @@ class ColdCompactor:
             _compact,
             job,
             io,
-            self._settings.dedupe_buffer_bytes,
-            Throttle(self._settings.io_max_bytes_per_second, stop),
+            self.settings.dedupe_buffer_bytes,
+            Throttle(self.settings.io_max_bytes_per_second, stop),
         )
         try:
             return await asyncio.shield(worker)
@@ -452,6 +454,7 @@ def _compact(
     rule = KeepRule(job.delete_horizon_ms, offsets.end_offset)
     result.map_keys = len(offsets)
     result.map_end_offset = offsets.end_offset
+    result.map_full = offsets.full
     result.compacted_end_offset = min(offsets.end_offset, job.plan.end_offset)
     pending_groups = {group.base_offset: group for group in job.pending.groups}
     for group in job.plan.groups:
