@@ -135,6 +135,11 @@ class TieredStorage:
         return self._offloader
 
     @property
+    def store(self) -> ObjectStore:
+        assert self._store is not None, "TieredStorage.start() first"
+        return self._store
+
+    @property
     def compactor(self) -> ColdCompactor:
         assert self._compactor is not None, "TieredStorage.start() first"
         return self._compactor

@@ -110,6 +110,7 @@ class TieredPartition:
         map_bytes: int,
         topic_overrides: Mapping[str, str],
         broker_overrides: Mapping[str, str],
+        leader_epoch: int,
     ) -> None:
         self.root = root
         self.store_root = root / "cold"
@@ -126,7 +127,8 @@ class TieredPartition:
         self.config: TopicConfig = topic_config(self.broker, topic_settings(**topic_overrides))
         self.log = self._open_log()
         self.partition = Partition(TOPIC, 0, self.log, ProducerStateManager(), broker_id=1)
-        self.partition.become_leader(LEADER_EPOCH, (1,), frozenset({1}), 0, NOW_MS)
+        self.leader_epoch = leader_epoch
+        self.partition.become_leader(leader_epoch, (1,), frozenset({1}), 0, NOW_MS)
         self.tiering = TieredStorage(
             self.broker, root / "data", [self.partition], self._config_of, lambda: NOW_MS
         )  # type: ignore[arg-type]  # a list is all the parts iterate
@@ -139,12 +141,14 @@ class TieredPartition:
         map_bytes: int = 64 << 20,
         topic_overrides: Mapping[str, str] | None = None,
         broker_overrides: Mapping[str, str] | None = None,
+        leader_epoch: int = LEADER_EPOCH,
     ) -> TieredPartition:
         opened = cls(
             root,
             map_bytes=map_bytes,
             topic_overrides=topic_overrides or {},
             broker_overrides=broker_overrides or {},
+            leader_epoch=leader_epoch,
         )
         await opened.tiering.start(run_tasks=False)
         # A map smaller than the broker setting allows, for passes that stop where it is full.
@@ -173,7 +177,9 @@ class TieredPartition:
         """Append one batch; returns its first offset."""
         batch = encode_batch([(k, v, (), ts) for k, v, ts in records], compression=codec)
         buf = memoryview(bytearray(batch))
-        result = self.log.append(buf, validate_records(buf, 1 << 20), leader_epoch=LEADER_EPOCH)
+        result = self.log.append(
+            buf, validate_records(buf, 1 << 20), leader_epoch=self.leader_epoch
+        )
         for offset, record in zip(
             range(result.first_offset, result.last_offset + 1), records, strict=True
         ):
