@@ -457,9 +457,13 @@ class Offloader:
     ) -> Manifest:
         """`retention.ms` / `retention.bytes` over the whole log: the oldest remote segments
         past them go, the log start first (readers stop asking for them), then the objects,
-        then the manifest entries; local segments below the new log start go too."""
+        then the manifest entries; local segments below the new log start go too. Not on a
+        topic whose cleanup.policy lacks `delete`: a compacted topic keeps each key's latest
+        record however old (cold compaction thins its cold tier instead)."""
         manifest = state.manifest
         assert manifest is not None
+        if not config.delete:
+            return manifest
         finished = manifest.finished()
         local_start = partition.log.log_start_offset
         total_bytes = partition.log.size_bytes + sum(

@@ -295,3 +295,29 @@ def test_control_batches_stay_whole_and_a_group_with_no_row_left_is_an_empty_obj
         123,
         123,
     )
+
+
+# -- deletion retention does not apply to compacted topics ---------------------------------
+
+
+@pytest.mark.parametrize(("policy", "kept"), [("compact", True), ("compact,delete", False)])
+async def test_total_retention_leaves_the_cold_tier_of_a_compact_only_topic_alone(
+    tmp_path: Path, policy: str, kept: bool
+) -> None:
+    from tests.tiering.cold_harness import Model, TieredPartition
+
+    overrides = {"cleanup.policy": policy, "retention.ms": "1000", "local.retention.bytes": "1"}
+    tiered = await TieredPartition.open(tmp_path, topic_overrides=overrides)
+    try:
+        model = Model()
+        old = NOW_MS - 10_000  # older than retention.ms
+        for i in range(20):
+            tiered.write(model, [(b"k%d" % i, b"v" * 50, old)], CompressionType.NONE)
+        tiered.seal(model)
+        await tiered.tier()
+        await tiered.tier()
+        first = (await tiered.read_from(0))[0].offset if kept else None
+        assert (tiered.manifest().log_start_offset == 0) is kept
+        assert first == (0 if kept else None)
+    finally:
+        await tiered.close()
