@@ -524,6 +524,8 @@ def _offset_map(
             keys, row_offsets = map_rows(rows, plan.cold_end_offset)
             if not offsets.add(keys, row_offsets, min(next_offset, job.hot_end_offset)):
                 break
+        # Every committed offset was offered (the last ones may hold no batch any more).
+        offsets.add(pa.array([], pa.binary()), pa.array([], pa.int64()), job.hot_end_offset)
     offsets.finish()
     return offsets
 

@@ -44,6 +44,8 @@ COMPACTED_TIERED = {
     "segment.bytes": "16384",
     "local.retention.bytes": "1",
     "delete.retention.ms": str(DELETE_RETENTION_MS),
+    # A pass after every upload: the tests wait for a fully compacted cold tier.
+    "min.cleanable.dirty.ratio": "0.01",
 }
 BROKER = {
     "remote.log.manager.task.interval.ms": "200",
