@@ -129,8 +129,9 @@ class TieredPartition:
         self.partition = Partition(TOPIC, 0, self.log, ProducerStateManager(), broker_id=1)
         self.leader_epoch = leader_epoch
         self.partition.become_leader(leader_epoch, (1,), frozenset({1}), 0, NOW_MS)
+        self.now_ms = NOW_MS  # the tiering parts' clock: a test may move it
         self.tiering = TieredStorage(
-            self.broker, root / "data", [self.partition], self._config_of, lambda: NOW_MS
+            self.broker, root / "data", [self.partition], self._config_of, lambda: self.now_ms
         )  # type: ignore[arg-type]  # a list is all the parts iterate
 
     @classmethod
