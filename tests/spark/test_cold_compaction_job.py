@@ -31,9 +31,17 @@ from riverbed.client.producer import Producer
 from riverbed.client.types import TopicPartition
 from riverbed.coordination.embedded_zk import EmbeddedZooKeeper
 
-from tests.support.broker import BrokerProcess
-from tests.tiering.test_cold_compaction_broker import compacted, local_start
+from tests.support.broker import BrokerFactory, BrokerProcess
+from tests.support.moto_server import MotoServer
+from tests.tiering.test_cold_compaction_broker import BROKER as BROKER_TEST
+from tests.tiering.test_cold_compaction_broker import (
+    check_every_reader,
+    compacted,
+    fill,
+    local_start,
+)
 from tests.tiering.test_tiering_broker import latest_manifest, wait_until
+from tests.tiering.test_tiering_s3_broker import ROOT, Bucket, s3_broker
 
 JOB_TIMEOUT_S = 300
 KEYS = 30
@@ -264,5 +272,62 @@ async def test_the_spark_job_and_the_broker_compact_the_cold_tier_to_the_same_lo
             }
             == {s["key"] for s in latest_manifest(store_of(spark_side), TOPIC)["segments"]}
         ),  # type: ignore[index]
+        "the replaced objects deleted by the leader",
+    )
+
+
+async def test_the_job_compacts_a_cold_tier_on_s3(
+    broker_factory: BrokerFactory, moto_server: MotoServer, s3_bucket: str
+) -> None:
+    """The job against moto's S3 server: its driver commits through aiobotocore, its executors
+    read the objects through pyarrow's S3 filesystem and upload through aiobotocore; readers
+    then get the compacted view, and the broker deletes what the job replaced."""
+    bucket = Bucket(moto_server, s3_bucket)
+    broker = s3_broker(
+        broker_factory,
+        moto_server,
+        s3_bucket,
+        {**BROKER_TEST, "remote.log.compaction.broker.max.bytes": "0"},
+    )
+    topic = f"compacted-{uuid.uuid4().hex[:8]}"
+    written = await fill(broker.bootstrap, topic)
+
+    def everything_tiered() -> bool:
+        manifest = bucket.latest_manifest(topic)
+        files = broker.segment_files(topic, 0)
+        if manifest is None or len(files) != 1:
+            return False
+        finished = [s for s in manifest["segments"] if s["state"] == "COPY_FINISHED"]
+        return bool(finished) and finished[-1]["last_offset"] + 1 == local_start(broker, topic)
+
+    await wait_until(everything_tiered, "all tiered")
+    settings = [f"--set={key}={value}" for key, value in moto_server.settings().items()]
+    job = await asyncio.to_thread(
+        subprocess.run,
+        [
+            sys.executable,
+            "-m",
+            "riverbed_spark.jobs.compact_cold",
+            "--bootstrap-servers",
+            broker.bootstrap,
+            "--object-store",
+            f"s3://{s3_bucket}/{ROOT}",
+            "--topic",
+            topic,
+            "--master",
+            "local[2]",
+            *settings,
+        ],
+        env={**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"},
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT_S,
+    )
+    assert job.returncode == 0 and "swapped in" in job.stderr, job.stderr[-3000:]
+    manifest = bucket.latest_manifest(topic)
+    assert manifest is not None and compacted(manifest, local_start(broker, topic))
+    await check_every_reader(broker, topic, written, manifest["compacted_end_offset"])
+    await wait_until(
+        lambda: bucket.data_keys() == {s["key"] for s in bucket.latest_manifest(topic)["segments"]},  # type: ignore[index]
         "the replaced objects deleted by the leader",
     )
