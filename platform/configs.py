@@ -376,6 +376,13 @@ BROKER_ONLY_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
     ConfigDef("remote.log.orphan.grace.ms", _T.LONG, 600000, "age past which a data object no "
               "manifest points at (a deposed leader's late upload) is deleted; longer than any "
               "upload takes", at_least(0)),
+    ConfigDef("remote.log.compaction.broker.max.bytes", _T.LONG, 1073741824, "largest cold "
+              "range (bytes of its batches in the log) of a compacted tiered partition that the "
+              "broker compacts itself; larger ones are left to the Spark job (0: always)",
+              at_least(0)),
+    ConfigDef("remote.log.compaction.grace.ms", _T.LONG, 3600000, "how long objects replaced "
+              "by a cold compaction stay readable (readers holding an older manifest) before "
+              "they are deleted", at_least(0)),
     ConfigDef("metrics.port", _T.INT, -1, "port of the Prometheus /metrics endpoint (-1: none; "
               "0: any free port, logged)", between(-1, 65535)),
     ConfigDef("metrics.host", _T.STRING, None, "interface the metrics endpoint binds (default: "
@@ -578,6 +585,8 @@ class BrokerConfig:
     remote_log_manager_task_interval_ms: int
     remote_fetch_cache_bytes: int
     remote_log_orphan_grace_ms: int
+    remote_log_compaction_broker_max_bytes: int
+    remote_log_compaction_grace_ms: int
     metrics_port: int
     metrics_host: str | None
     sasl_enabled_mechanisms: tuple[str, ...]

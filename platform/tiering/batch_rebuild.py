@@ -99,6 +99,16 @@ class RowGroupBatches:
         return first + len(chosen) < len(self._batches)
 
 
+def rebuilt_sizes(rows: pa.Table) -> dict[int, int]:
+    """base offset -> size in bytes of each batch of `rows` (whole batches, sorted by offset)
+    as a cold read rebuilds it: what a thinned batch's `batch_size_bytes` becomes."""
+    rows = rows.combine_chunks()
+    if rows.num_rows == 0:
+        return {}
+    columns = _columns(rows)
+    return {batch.base_offset: len(_encode(batch, columns)) for batch in _batches_of(rows)}
+
+
 def _batches_of(rows: pa.Table) -> list[_Batch]:
     """The batches of `rows`: runs of rows with the same base offset (no two batches share
     one)."""

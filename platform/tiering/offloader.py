@@ -122,8 +122,12 @@ class Offloader:
         self._woken = asyncio.Event()
         self.status = TieringStatus()
 
-    def start(self) -> None:
+    def prepare(self) -> None:
+        """What `start()` does before its loop: enough for `run_once()` driven by hand."""
         self._settings.work_dir.mkdir(parents=True, exist_ok=True)
+
+    def start(self) -> None:
+        self.prepare()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="tiering")
 
     async def stop(self) -> None:
@@ -134,10 +138,20 @@ class Offloader:
             self._task = None
 
     def manifest_of(self, topic: str, partition: int) -> Manifest | None:
-        """The manifest as of this broker's last round (None if it does not lead the partition
-        or has not loaded it yet)."""
+        """The manifest as of this broker's last round or the cold compactor's last commit,
+        whichever is newer (None if it does not lead the partition or has not loaded it yet)."""
         state = self._states.get((topic, partition))
-        return None if state is None else state.manifest
+        return None if state is None else _newest(state)
+
+    def claimed(self, topic: str, partition: int) -> tuple[RemoteMetadata, int] | None:
+        """(the partition's manifest store, the leader epoch) once this broker leads the
+        partition and has claimed its manifest at that epoch (so a deposed leader's writes are
+        fenced), for the cold compactor to commit through the same RemoteMetadata; None
+        before that, or once fenced."""
+        state = self._states.get((topic, partition))
+        if state is None or state.manifest is None or state.fenced:
+            return None
+        return state.metadata, state.leader_epoch
 
     def wake(self) -> None:
         """Run the next round now, not at the end of the interval: the broker calls it when
@@ -218,6 +232,8 @@ class Offloader:
         """Upload what is due, then apply retention; True if segments are left to upload."""
         if state.manifest is None:
             state.manifest = await self._clean_unfinished(state)
+        # The cold compactor may have committed through the same RemoteMetadata since.
+        state.manifest = _fresher(state.manifest, state.metadata.known)
         # DeleteRecords (this leader's, or a predecessor's recorded in the manifest) first, so
         # nothing below the log start is uploaded.
         state.manifest = await self._move_log_start(
@@ -293,7 +309,9 @@ class Offloader:
         latest = await state.metadata.latest()  # after the listing: it names every object listed
         if latest.leader_epoch > state.leader_epoch:
             return  # deposed: the new leader tidies up
-        referenced = {segment.key for segment in latest.segments}
+        # Retired segments (old readers may still read them) and a pending compaction's
+        # outputs (being written) are not orphans.
+        referenced = latest.referenced_keys()
         state.orphans_swept_ms = now_ms
         too_old_ms = now_ms - self._settings.orphan_grace_ms
         orphans = [
@@ -439,9 +457,13 @@ class Offloader:
     ) -> Manifest:
         """`retention.ms` / `retention.bytes` over the whole log: the oldest remote segments
         past them go, the log start first (readers stop asking for them), then the objects,
-        then the manifest entries; local segments below the new log start go too."""
+        then the manifest entries; local segments below the new log start go too. Not on a
+        topic whose cleanup.policy lacks `delete`: a compacted topic keeps each key's latest
+        record however old (cold compaction thins its cold tier instead)."""
         manifest = state.manifest
         assert manifest is not None
+        if not config.delete:
+            return manifest
         finished = manifest.finished()
         local_start = partition.log.log_start_offset
         total_bytes = partition.log.size_bytes + sum(
@@ -475,20 +497,24 @@ class Offloader:
         log follows (its start, persisted, and its segments wholly below)."""
         manifest = state.manifest
         assert manifest is not None
-        keys = [s.key for s in manifest.finished() if s.next_offset <= start]
-        if start > manifest.log_start_offset or keys:
+        if start > manifest.log_start_offset or _below(manifest, start):
+            # The segments below are taken from the version being changed, not from this
+            # broker's copy: the cold compactor may have swapped some since.
             manifest = await state.metadata.commit(
                 state.leader_epoch,
                 lambda m: m.with_log_start_offset(start).with_state(
-                    keys, SegmentState.DELETE_STARTED
+                    _below(m, start), SegmentState.DELETE_STARTED
                 ),
             )
-            for key in keys:
-                await self._store.delete(key)
-            if keys:
-                manifest = await state.metadata.commit(
-                    state.leader_epoch, lambda m: m.without(keys)
-                )
+        keys = [
+            s.key
+            for s in manifest.segments
+            if s.state is SegmentState.DELETE_STARTED and s.next_offset <= start
+        ]
+        for key in keys:
+            await self._store.delete(key)
+        if keys:
+            manifest = await state.metadata.commit(state.leader_epoch, lambda m: m.without(keys))
         # A new leader's log may end below a start its predecessor set (an unclean election).
         partition.log.advance_log_start_offset(min(start, partition.log.log_end_offset))
         partition.log.delete_segments_below(start, reason=reason)
@@ -518,6 +544,20 @@ class Offloader:
         )
         if start is not None:
             partition_log.delete_segments_below(start)
+
+
+def _below(manifest: Manifest, start: int) -> list[str]:
+    return [s.key for s in manifest.finished() if s.next_offset <= start]
+
+
+def _newest(state: _PartitionState) -> Manifest | None:
+    return None if state.manifest is None else _fresher(state.manifest, state.metadata.known)
+
+
+def _fresher(manifest: Manifest, known: Manifest | None) -> Manifest:
+    """The newer of the offloader's own manifest and the last one committed or read through
+    its RemoteMetadata (by the cold compactor too): versions only grow."""
+    return known if known is not None and known.version > manifest.version else manifest
 
 
 def _local_limit(local: int, total: int) -> int:

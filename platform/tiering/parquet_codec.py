@@ -194,13 +194,19 @@ def _table(group: RowGroupRows, where: str) -> pa.Table:
         raise CorruptRecordError(error.code, f"{where}: {error.message}") from error
 
 
+def open_writer(out_path: str | Path) -> pq.ParquetWriter:
+    """A writer of SCHEMA rows with the options every tiered object is written with (cold
+    compaction writes its objects through it too)."""
+    return pq.ParquetWriter(out_path, SCHEMA, **_WRITE_OPTIONS)
+
+
 class _PipelinedWriter:
     """A ParquetWriter whose row groups are encoded and compressed on a thread of its own
     while the caller decodes the next one: Arrow releases the GIL while it writes, so the two
     stages overlap on two cores (one row group in flight: memory stays at two row groups)."""
 
     def __init__(self, out_path: Path) -> None:
-        self._writer = pq.ParquetWriter(out_path, SCHEMA, **_WRITE_OPTIONS)
+        self._writer = open_writer(out_path)
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet-write")
         self._in_flight: Future[None] | None = None
 

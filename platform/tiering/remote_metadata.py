@@ -31,9 +31,19 @@ class RemoteMetadata:
         self.topic = topic
         self.partition = partition
         self._manifest_prefix = f"{partition_prefix(topic, partition)}manifest/"
-        # The last version read or written here: versions are immutable, so when a listing's
-        # highest version is this one, its GET can be skipped.
+        # The highest version read or written here: versions are immutable, so when a listing's
+        # highest version is this one, its GET can be skipped. Only ever moves forward (two
+        # tasks may share this object: the offloader and the cold compactor).
         self._known: Manifest | None = None
+
+    @property
+    def known(self) -> Manifest | None:
+        """The highest version this object has read or written (no store call)."""
+        return self._known
+
+    def _learn(self, manifest: Manifest) -> None:
+        if self._known is None or manifest.version > self._known.version:
+            self._known = manifest
 
     async def versions(self) -> list[int]:
         infos = await self._store.list(self._manifest_prefix)
@@ -62,7 +72,7 @@ class RemoteMetadata:
                 ErrorCode.KAFKA_STORAGE_ERROR,
                 f"{key} holds {manifest.topic}-{manifest.partition} v{manifest.version}",
             )
-        self._known = manifest
+        self._learn(manifest)
         return manifest
 
     async def commit(self, leader_epoch: int, change: Callable[[Manifest], Manifest]) -> Manifest:
@@ -79,7 +89,7 @@ class RemoteMetadata:
             updated = change(current).next_version(leader_epoch)
             key = manifest_key(self.topic, self.partition, updated.version)
             if await self._store.put_if_absent(key, updated.to_json()):
-                self._known = updated
+                self._learn(updated)
                 await self._prune(updated.version)
                 return updated
             logger.info(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -20,7 +21,8 @@ from riverbed.configs import BrokerConfig, TopicConfig
 from riverbed.hot.partitions import Partition, PartitionManager
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.tiering.chunk_cache import ChunkCache
-from riverbed.tiering.manifest import Manifest, ManifestError
+from riverbed.tiering.cold_compactor import ColdCompactionSettings, ColdCompactor, owner_name
+from riverbed.tiering.manifest import Manifest, ManifestError, RemoteSegment
 from riverbed.tiering.offloader import Offloader, TieringSettings
 from riverbed.tiering.remote_metadata import RemoteMetadata
 from riverbed.tiering.segment_readers import SegmentReaders
@@ -57,10 +59,13 @@ class TieredStorage:
         self._cache: ChunkCache | None = None
         self._readers: SegmentReaders | None = None
         self._offloader: Offloader | None = None
+        self._compactor: ColdCompactor | None = None
         # Manifests read for cold reads on partitions the offloader has not loaded yet.
         self._read_manifests: dict[tuple[str, int, int], Manifest] = {}
 
-    async def start(self) -> None:
+    async def start(self, *, run_tasks: bool = True) -> None:
+        """Open the store and start the offloader's and the cold compactor's loops (without
+        `run_tasks`, only get them ready: tests and benchmarks drive their rounds)."""
         url = self._config.remote_storage_url
         assert url is not None
         self._store = open_store(url, self._config.remote_storage_s3)
@@ -83,10 +88,36 @@ class TieredStorage:
             ),
             self._now_ms,
         )
-        self._offloader.start()
+        config = self._config
+        self._compactor = ColdCompactor(
+            self._store,
+            self._offloader,
+            self._partitions,
+            self._topic_config,
+            ColdCompactionSettings(
+                backoff_ms=config.log_cleaner_backoff_ms,
+                dedupe_buffer_bytes=config.log_cleaner_dedupe_buffer_size,
+                io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
+                broker_max_bytes=config.remote_log_compaction_broker_max_bytes,
+                grace_ms=config.remote_log_compaction_grace_ms,
+                work_dir=self._data_dir / ".tiering" / "compaction",
+                owner=owner_name(config.broker_id),
+                passes_enabled=config.log_cleaner_enable,
+            ),
+            self._now_ms,
+        )
+        if run_tasks:
+            self._offloader.start()
+            self._compactor.start()
+        else:
+            self._offloader.prepare()
+            self._compactor.prepare()
         log.info("tiering to %s", self._store.url)
 
     async def stop(self) -> None:
+        # The compactor first: it commits through the offloader's manifest state.
+        if self._compactor is not None:
+            await self._compactor.stop()
         if self._offloader is not None:
             await self._offloader.stop()
         if self._readers is not None:
@@ -102,6 +133,16 @@ class TieredStorage:
     def offloader(self) -> Offloader:
         assert self._offloader is not None, "TieredStorage.start() first"
         return self._offloader
+
+    @property
+    def store(self) -> ObjectStore:
+        assert self._store is not None, "TieredStorage.start() first"
+        return self._store
+
+    @property
+    def compactor(self) -> ColdCompactor:
+        assert self._compactor is not None, "TieredStorage.start() first"
+        return self._compactor
 
     def cache_hits_misses(self) -> tuple[int, int]:
         """Chunk reads of cold fetches served from the local cache, and those that were not."""
@@ -183,24 +224,56 @@ class TieredStorage:
 
     async def read(self, partition: Partition, offset: int, max_bytes: int) -> bytes | None:
         """Whole batches from the remote tier starting with the one holding `offset` (at least
-        one batch, about `max_bytes`); None when the remote tier does not hold `offset`."""
+        one batch, about `max_bytes`); None when the remote tier does not hold `offset`.
+
+        Compaction leaves objects whose offsets from `offset` on hold no record any more (a
+        compacted object keeps the offsets of what it replaced): the read then goes on with the
+        next object, and past the last one with the local log from its start, so a consumer
+        never gets an empty answer it would ask again forever. All of one read comes from one
+        manifest version."""
         if offset < partition.log.truncated_before:
             return None  # deleted by DeleteRecords, whatever the manifest still lists
         manifest = await self.manifest(partition)
         segment = manifest.segment_for(offset)
         if segment is None or (segment.base_offset > offset and offset < manifest.log_start_offset):
             return None
+        for following in manifest.finished():
+            if following.last_offset >= offset:
+                batches = await self._read_object(partition, following, offset, max_bytes)
+                if batches:
+                    return batches
+        return await self._read_local_start(partition, max_bytes)
+
+    async def _read_object(
+        self, partition: Partition, segment: RemoteSegment, offset: int, max_bytes: int
+    ) -> bytes:
         readers = self._readers
         assert readers is not None
         start = max(offset, segment.base_offset)
         with _storage_errors(partition):
-            return await asyncio.get_running_loop().run_in_executor(
+            batches: bytes = await asyncio.get_running_loop().run_in_executor(
                 self._cold_reads,
                 readers.use,
                 segment.key,
                 segment.size_bytes,
                 lambda reader: reader.read_batches(start, max_bytes),
             )
+        return batches
+
+    async def _read_local_start(self, partition: Partition, max_bytes: int) -> bytes:
+        """The local log's first batches (what follows the remote tier), b"" if none is
+        committed yet."""
+        partition_log = partition.log
+        found = partition_log.read(
+            partition_log.log_start_offset, max_bytes, partition_log.high_watermark
+        )
+        if found is None:
+            return b""
+        region = found.region
+        try:
+            return await asyncio.to_thread(os.pread, region.fd, region.size, region.position)
+        finally:
+            region.close()
 
     async def offset_for_timestamp(
         self, partition: Partition, timestamp_ms: int

@@ -50,12 +50,16 @@ class ColdSplit(InputPartition):  # type: ignore[misc]
 @dataclass(frozen=True)
 class HotSplit(InputPartition):  # type: ignore[misc]
     """Offsets [start, end) above the remote end at planning time, read through the broker
-    (or from the store, if they have been tiered and deleted locally since)."""
+    (or from the store, if they have been tiered and deleted locally since).
+    `compacted_end` is the manifest's compacted_end_offset at planning (-1 without a store):
+    objects a cold compaction rewrote after planning are not mixed into the query's snapshot
+    (reading.tiered_since)."""
 
     topic: str
     partition: int
     start: int
     end: int
+    compacted_end: int = -1
 
 
 Split = ColdSplit | HotSplit
@@ -69,8 +73,10 @@ def splits_for(
         if r.start >= r.end:
             continue
         hot_start = r.start
+        compacted_end = -1
         if store is not None:
             manifest = store.manifest(r.topic, r.partition)
+            compacted_end = manifest.compacted_end_offset
             items = [
                 item
                 for item in finished_objects(manifest)
@@ -85,7 +91,7 @@ def splits_for(
             continue  # the store alone: the cold part is all there is
         for start in range(hot_start, r.end, options.hot_split_offsets):
             end = min(start + options.hot_split_offsets, r.end)
-            splits.append(HotSplit(r.topic, r.partition, start, end))
+            splits.append(HotSplit(r.topic, r.partition, start, end, compacted_end))
     return splits
 
 

@@ -53,22 +53,41 @@ def read_split(
         return
     start = split.start
     if store is not None:
-        for cold in tiered_since(store, split):
+        for cold in tiered_since(store, split, fail_on_data_loss=options.fail_on_data_loss):
             yield from _read_cold(store, cold, options, target)
             start = cold.end
     if start < split.end:
         yield from _read_hot(split, start, options, target)
 
 
-def tiered_since(store: ColdStore, split: HotSplit) -> list[ColdSplit]:
-    """The objects now holding the start of `split`, contiguous from its start."""
+def tiered_since(
+    store: ColdStore, split: HotSplit, *, fail_on_data_loss: bool = True
+) -> list[ColdSplit]:
+    """The objects now holding the start of `split`, contiguous from its start.
+
+    A cold compaction swapped in since planning moves the manifest's compacted end past the
+    planned one (every swap does), and its objects below the new compacted end may hold the
+    compacted view of offsets whose older records the query's cold splits read from the objects
+    they replaced: a tombstone gone from one with its key's value still in the other would bring
+    the value back. Such an object is refused with DataLossError (failOnDataLoss, the default)
+    or read as it is (failOnDataLoss=false)."""
     found = []
     position = split.start
-    for item in finished_objects(store.manifest(split.topic, split.partition)):
+    manifest = store.manifest(split.topic, split.partition)
+    compacted_since = 0 <= split.compacted_end < manifest.compacted_end_offset
+    for item in finished_objects(manifest):
         if item.last_offset < position:
             continue
         if item.base_offset > position or position >= split.end:
             break
+        rewritten = compacted_since and item.base_offset < manifest.compacted_end_offset
+        if rewritten and fail_on_data_loss:
+            raise DataLossError(
+                f"{store.options.url}/{item.key}: {split.topic}-{split.partition}'s cold tier "
+                f"was compacted after the query was planned (compacted up to offset "
+                f"{manifest.compacted_end_offset}, planned at {split.compacted_end}); run "
+                "the query again, or set failOnDataLoss=false to read the compacted records"
+            )
         end = min(split.end, item.last_offset + 1)
         found.append(ColdSplit(split.topic, split.partition, (item,), position, end))
         position = end

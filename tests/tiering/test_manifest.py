@@ -7,9 +7,12 @@ from dataclasses import replace
 
 import pytest
 from riverbed.tiering.manifest import (
+    CompactionGroup,
     Manifest,
     ManifestError,
+    PendingCompaction,
     RemoteSegment,
+    RetiredSegment,
     SegmentState,
     manifest_key,
     segment_key,
@@ -134,3 +137,115 @@ def test_json_round_trip_and_garbage() -> None:
         Manifest.from_json(json.dumps({**document, "format": 2}).encode(), "x")
     with pytest.raises(ManifestError, match="not a manifest"):
         Manifest.from_json(json.dumps({**document, "segments": [{"key": 1}]}).encode(), "x")
+
+
+# -- cold compaction --------------------------------------------------------------------------
+
+
+def finished_run(*ranges: tuple[int, int]) -> Manifest:
+    m = Manifest.empty("t", 0)
+    for base, last in ranges:
+        s = segment(base, last)
+        m = m.with_copy_started(s).with_state([s.key], SegmentState.COPY_FINISHED)
+    return m
+
+
+def pending_of(m: Manifest, *groups: tuple[int, int], owner: str = "broker-1") -> PendingCompaction:
+    """A compaction of the manifest's segments [first, end) slots per group."""
+    planned = []
+    for first, end in groups:
+        run = m.segments[first:end]
+        planned.append(
+            CompactionGroup(
+                replaces=tuple(s.key for s in run),
+                output=segment_key("t", 0, run[0].base_offset, run[-1].last_offset, f"c{first}"),
+                base_offset=run[0].base_offset,
+                last_offset=run[-1].last_offset,
+            )
+        )
+    return PendingCompaction("id1", owner, 3, 1_000, 0, tuple(planned))
+
+
+def compacted_output(group: CompactionGroup, records: int) -> RemoteSegment:
+    return replace(
+        segment(group.base_offset, group.last_offset, SegmentState.COPY_FINISHED),
+        key=group.output,
+        records=records,
+    )
+
+
+def test_a_compaction_swaps_its_groups_in_one_version_and_retires_what_they_replace() -> None:
+    m = finished_run((0, 99), (100, 199), (200, 299), (300, 399))
+    pending = pending_of(m, (0, 2), (2, 3), (3, 4))
+    claimed = m.with_compaction_claimed(pending)
+    assert claimed.with_compaction_claimed(pending) == claimed  # a retried step
+    assert claimed.finished() == m.finished()  # readers see nothing new until the swap
+    assert set(pending.outputs()) <= claimed.referenced_keys()
+    first, _unchanged, third = pending.groups
+    written = {first.output: compacted_output(first, 7), third.output: compacted_output(third, 0)}
+    swapped = claimed.with_compaction_swapped("id1", written, 400, now_ms=5_000)
+
+    # One version: the first group's two segments and the third's one are replaced; the
+    # second group (nothing in it changed) keeps its segment; the offsets covered are the same.
+    assert [s.key for s in swapped.finished()] == [first.output, m.segments[2].key, third.output]
+    assert (swapped.end_offset, swapped.finished_end_offset) == (m.end_offset, 400)
+    assert [r.segment.key for r in swapped.retired] == [
+        m.segments[0].key,
+        m.segments[1].key,
+        m.segments[3].key,
+    ]
+    assert all(r.retired_ms == 5_000 for r in swapped.retired)
+    assert swapped.compaction is None and swapped.compacted_end_offset == 400
+    assert Manifest.from_json(swapped.to_json(), "x") == swapped
+    # The swap cannot happen twice, nor after an abort.
+    with pytest.raises(ManifestError, match="not pending"):
+        swapped.with_compaction_swapped("id1", written, 400, now_ms=5_000)
+    with pytest.raises(ManifestError, match="not pending"):
+        claimed.with_compaction_aborted("id1").with_compaction_swapped("id1", {}, 400, 0)
+
+    # Retired segments go through the end of the lifecycle.
+    keys = [r.segment.key for r in swapped.retired]
+    with pytest.raises(ManifestError, match="deleted while"):
+        swapped.without_retired(keys)
+    gone = swapped.with_retired_state(keys, SegmentState.DELETE_STARTED).without_retired(keys)
+    assert gone.retired == () and gone.finished() == swapped.finished()
+
+
+def test_one_compaction_at_a_time_and_never_over_changed_segments() -> None:
+    m = finished_run((0, 99), (100, 199))
+    claimed = m.with_compaction_claimed(pending_of(m, (0, 2)))
+    other = replace(pending_of(m, (0, 1), owner="spark-app"), id="id2")
+    with pytest.raises(ManifestError, match="compaction id1 of broker-1 is in progress"):
+        claimed.with_compaction_claimed(other)
+    # Retention deleted the first segment while the compaction ran: the swap is refused.
+    first_key = m.segments[0].key
+    trimmed = (
+        claimed.with_log_start_offset(100)
+        .with_state([first_key], SegmentState.DELETE_STARTED)
+        .without([first_key])
+    )
+    (group,) = claimed.compaction.groups if claimed.compaction else ()
+    with pytest.raises(ManifestError, match="no longer finished segments as planned"):
+        trimmed.with_compaction_swapped("id1", {group.output: compacted_output(group, 1)}, 0, 0)
+    # An output that does not cover its group's offsets is refused too.
+    with pytest.raises(ManifestError, match="not the finished object of its group"):
+        claimed.with_compaction_swapped(
+            "id1", {group.output: replace(compacted_output(group, 1), last_offset=150)}, 0, 0
+        )
+
+
+def test_a_key_is_named_once_and_a_manifest_without_compaction_keeps_its_form() -> None:
+    m = finished_run((0, 99))
+    document = json.loads(m.to_json())
+    assert set(document) == {
+        "format",
+        "topic",
+        "partition",
+        "version",
+        "leader_epoch",
+        "log_start_offset",
+        "segments",
+    }
+    retired = RetiredSegment(m.segments[0], 1)
+    with pytest.raises(ManifestError, match="named twice"):
+        replace(m, retired=(retired,))
