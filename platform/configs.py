@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Final, Self, TypeVar
 
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.security.acl import InvalidAclError, parse_super_users
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,35 @@ def _listeners_ok(value: ConfigPrimitive) -> bool:
 
 
 LISTENERS: Final = Validator(_listeners_ok, "a comma-separated list of NAME://host:port")
+
+# authorizer.class.name values that turn on Riverbed's ACL authorizer: Kafka's names for its
+# ZooKeeper-backed AclAuthorizer (current and pre-2.4), whose ACL layout and rules Riverbed
+# follows, so a Kafka server.properties keeps working, and Riverbed's own.
+ACL_AUTHORIZER_CLASS_NAMES: Final = (
+    "kafka.security.authorizer.AclAuthorizer",
+    "kafka.security.auth.SimpleAclAuthorizer",
+    "riverbed.security.authorizer.AclAuthorizer",
+)
+
+AUTHORIZER_CLASS_NAME: Final = Validator(
+    lambda v: v == "" or v in ACL_AUTHORIZER_CLASS_NAMES,
+    "empty (no authorizer) or one of " + ", ".join(ACL_AUTHORIZER_CLASS_NAMES),
+)
+
+
+def _super_users_ok(value: ConfigPrimitive) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        parse_super_users(value)
+    except InvalidAclError:
+        return False
+    return True
+
+
+SUPER_USERS: Final = Validator(
+    _super_users_ok, "principals written Type:name, separated by ';' (User:alice;User:bob)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,6 +358,14 @@ BROKER_ONLY_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
               "0: any free port, logged)", between(-1, 65535)),
     ConfigDef("metrics.host", _T.STRING, None, "interface the metrics endpoint binds (default: "
               "the first listener's)"),
+    ConfigDef("authorizer.class.name", _T.STRING, "", "the authorizer: empty for none (every "
+              "request allowed), or one of " + ", ".join(ACL_AUTHORIZER_CLASS_NAMES) + " for "
+              "Riverbed's ACL authorizer (ACLs in ZooKeeper, Kafka's layout)",
+              AUTHORIZER_CLASS_NAME),
+    ConfigDef("super.users", _T.STRING, "", "principals the authorizer always allows, "
+              "';'-separated (User:admin;User:broker)", SUPER_USERS),
+    ConfigDef("allow.everyone.if.no.acl.found", _T.BOOLEAN, False, "with the authorizer on, allow "
+              "every principal on a resource no ACL names"),
 )  # fmt: skip
 
 # Broker configs that can change while brokers run (Kafka's dynamic broker configs), set
@@ -511,6 +549,9 @@ class BrokerConfig:
     remote_log_orphan_grace_ms: int
     metrics_port: int
     metrics_host: str | None
+    authorizer_class_name: str
+    super_users: str
+    allow_everyone_if_no_acl_found: bool
     # Broker-level defaults of topic configs (see TOPIC_CONFIG_DEFS' broker_synonym).
     log_cleanup_policy: tuple[str, ...]
     compression_type: str
@@ -585,6 +626,11 @@ class BrokerConfig:
     def log_dir(self) -> str:
         """The data directory; one per broker for now (Kafka's JBOD is not supported)."""
         return self.log_dirs[0]
+
+    @property
+    def authorizer_enabled(self) -> bool:
+        """Whether requests are checked against ACLs (authorizer.class.name is set)."""
+        return bool(self.authorizer_class_name)
 
     @property
     def zookeeper_connect_timeout_ms(self) -> int:

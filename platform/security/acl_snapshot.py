@@ -1,0 +1,128 @@
+"""An immutable, indexed view of every ACL a broker knows: what the authorizer decides from.
+
+A snapshot is never changed: `with_entries` returns a new one, so a reader holding a snapshot
+(the authorizer, in the middle of a request) always sees one whole state, and the cache swaps
+its current snapshot in one assignment. Changes are rare (an operator adds or removes ACLs) and
+decisions frequent, so the copy on change buys index lookups per decision:
+
+* literal patterns by (resource type, name): the resource's own name and the `*` wildcard are
+  two dict lookups;
+* prefixed patterns by (resource type, prefix), plus the distinct prefix lengths present per
+  type: a name is checked against `name[:length]` for those lengths only, not every prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from riverbed.security.acl import (
+    ANY_BINDING,
+    WILDCARD_RESOURCE,
+    AclBinding,
+    AclBindingFilter,
+    AclEntry,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+
+_Key = tuple[ResourceType, str]
+_NO_ENTRIES: Final[frozenset[AclEntry]] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class AclSnapshot:
+    """Resource pattern -> its ACL entries (never an empty set: a pattern without entries is
+    absent, as its znode is)."""
+
+    acls: Mapping[ResourcePattern, frozenset[AclEntry]] = field(default_factory=dict)
+    _literal: dict[_Key, frozenset[AclEntry]] = field(init=False, repr=False, compare=False)
+    _prefixed: dict[_Key, frozenset[AclEntry]] = field(init=False, repr=False, compare=False)
+    _prefix_lengths: dict[ResourceType, tuple[int, ...]] = field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        literal: dict[_Key, frozenset[AclEntry]] = {}
+        prefixed: dict[_Key, frozenset[AclEntry]] = {}
+        lengths: dict[ResourceType, set[int]] = {}
+        for pattern, entries in self.acls.items():
+            if not entries:
+                raise ValueError(f"{pattern} has no ACL entries: it must be absent instead")
+            key = (pattern.resource_type, pattern.name)
+            if pattern.pattern_type is PatternType.LITERAL:
+                literal[key] = entries
+            else:
+                prefixed[key] = entries
+                lengths.setdefault(pattern.resource_type, set()).add(len(pattern.name))
+        object.__setattr__(self, "acls", dict(self.acls))
+        object.__setattr__(self, "_literal", literal)
+        object.__setattr__(self, "_prefixed", prefixed)
+        object.__setattr__(
+            self, "_prefix_lengths", {t: tuple(sorted(n)) for t, n in lengths.items()}
+        )
+
+    def __len__(self) -> int:
+        """The number of ACL bindings."""
+        return sum(len(entries) for entries in self.acls.values())
+
+    def entries(self, pattern: ResourcePattern) -> frozenset[AclEntry]:
+        return self.acls.get(pattern, _NO_ENTRIES)
+
+    def with_entries(self, pattern: ResourcePattern, entries: frozenset[AclEntry]) -> AclSnapshot:
+        """A snapshot with `pattern`'s entries replaced (removed when `entries` is empty)."""
+        if self.acls.get(pattern, _NO_ENTRIES) == entries:
+            return self
+        acls = dict(self.acls)
+        if entries:
+            acls[pattern] = entries
+        else:
+            acls.pop(pattern, None)
+        return AclSnapshot(acls)
+
+    def matching(self, resource_type: ResourceType, name: str) -> list[frozenset[AclEntry]]:
+        """The entry sets of every pattern covering the resource `name` of `resource_type`: its
+        literal pattern, the type's `*` wildcard and each prefixed pattern `name` starts with."""
+        found = []
+        literal = self._literal
+        own = literal.get((resource_type, name))
+        if own is not None:
+            found.append(own)
+        if name != WILDCARD_RESOURCE:
+            wildcard = literal.get((resource_type, WILDCARD_RESOURCE))
+            if wildcard is not None:
+                found.append(wildcard)
+        for length in self._prefix_lengths.get(resource_type, ()):
+            if length > len(name):
+                break
+            entries = self._prefixed.get((resource_type, name[:length]))
+            if entries is not None:
+                found.append(entries)
+        return found
+
+    def patterns_of(self, resource_type: ResourceType) -> Iterator[ResourcePattern]:
+        return (pattern for pattern in self.acls if pattern.resource_type is resource_type)
+
+    def bindings(self, wanted: AclBindingFilter = ANY_BINDING) -> list[AclBinding]:
+        """Every binding `wanted` matches, ordered by resource type, pattern and name."""
+        found = []
+        for pattern in sorted(self.acls, key=_pattern_order):
+            if not wanted.matches_pattern(pattern):
+                continue
+            for entry in sorted(self.acls[pattern], key=_entry_order):
+                if wanted.matches_entry(entry):
+                    found.append(AclBinding.of(pattern, entry))
+        return found
+
+
+def _pattern_order(pattern: ResourcePattern) -> tuple[int, int, str]:
+    return (pattern.resource_type, pattern.pattern_type, pattern.name)
+
+
+def _entry_order(entry: AclEntry) -> tuple[str, str, int, int]:
+    return (entry.principal, entry.host, entry.operation, entry.permission)
+
+
+EMPTY_SNAPSHOT: Final = AclSnapshot()
