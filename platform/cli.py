@@ -1,5 +1,6 @@
-"""The `riverbed` command: run brokers and a local development cluster, manage topics and
-consumer groups (`riverbed groups ...`, in riverbed.cli_groups).
+"""The `riverbed` command: run brokers and a local development cluster, manage topics,
+consumer groups (`riverbed groups ...`, in riverbed.cli_groups) and ACLs (`riverbed acls ...`,
+in riverbed.cli_acls).
 
 Every failure a user can cause (bad flag, bad config, unreachable broker, Kafka error) ends in one
 line on stderr naming the problem and a non-zero exit; tracebacks are for bugs only.
@@ -17,7 +18,14 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
-from riverbed import cli_describe, cli_groups, cli_partitions, cli_truncate, log_events
+from riverbed import (
+    cli_acls,
+    cli_describe,
+    cli_groups,
+    cli_partitions,
+    cli_truncate,
+    log_events,
+)
 from riverbed.client.admin import Admin
 from riverbed.client.consumer import Consumer
 from riverbed.client.producer import Producer
@@ -236,6 +244,7 @@ def _parser() -> argparse.ArgumentParser:
     groups.set_defaults(command=_admin_action)
     for replicas in cli_partitions.add_parsers(commands, DEFAULT_BOOTSTRAP):
         replicas.set_defaults(command=_admin_action)
+    cli_acls.add_parser(commands, DEFAULT_BOOTSTRAP)
     return parser
 
 

@@ -47,6 +47,9 @@ from riverbed.hot.retention import apply_retention
 from riverbed.hot.server import KafkaServer, ServerLimits
 from riverbed.log_events import event
 from riverbed.protocol.errors import KafkaError
+from riverbed.security.acl_cache import AclCache
+from riverbed.security.acl_store import AclStore
+from riverbed.security.authorizer import Authorizer, AuthorizerSettings
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +122,7 @@ class Broker:
         check_data_dir_identity(data_dir, cluster_id=cluster_id, broker_id=config.broker_id)
         await self._watcher.start()
         stack.push_async_callback(self._watcher.stop)
+        acls = await self._start_acls() if config.authorizer_enabled else None
         metrics = BrokerMetrics()
         isr_manager = IsrManager(
             self._store,
@@ -148,6 +152,11 @@ class Broker:
             metrics=metrics,
             controller=self._controller,
         )
+        if acls is not None:
+            self._ctx.acl_store = acls
+            self._ctx.authorizer = Authorizer(
+                AuthorizerSettings.from_config(config), lambda: acls.snapshot
+            )
         self._server = KafkaServer(
             config.host,
             config.port,
@@ -227,6 +236,14 @@ class Broker:
             await self._ctx.groups.close()
         await self._exit_stack.aclose()
         event(log, logging.INFO, "broker.stopped", broker=self.config.broker_id)
+
+    async def _start_acls(self) -> AclStore:
+        """The ACL cache, loaded before anything is served (so no request is decided on an
+        empty one), and the store that writes through it."""
+        cache = AclCache(self._zk)
+        await cache.start()
+        self._exit_stack.push_async_callback(cache.stop)
+        return AclStore(self._zk, cache)
 
     async def _close_logs(self) -> None:
         if self._ctx is not None:

@@ -255,6 +255,28 @@ class AclBinding:
             entry.permission,
         )
 
+    @classmethod
+    def from_codes(
+        cls,
+        resource_type: int,
+        resource_name: str,
+        pattern_type: int,
+        principal: str,
+        host: str,
+        operation: int,
+        permission: int,
+    ) -> AclBinding:
+        """A binding from its wire fields (CreateAcls, DescribeAcls' answer)."""
+        return cls(
+            ResourceType.from_code(resource_type),
+            resource_name,
+            PatternType.from_code(pattern_type),
+            principal,
+            host,
+            AclOperation.from_code(operation),
+            AclPermissionType.from_code(permission),
+        )
+
     def __str__(self) -> str:
         return f"{self.pattern}: {self.entry}"
 
@@ -274,6 +296,28 @@ class AclBindingFilter:
     host: str | None = None
     operation: AclOperation = AclOperation.ANY
     permission: AclPermissionType = AclPermissionType.ANY
+
+    @classmethod
+    def from_codes(
+        cls,
+        resource_type: int,
+        resource_name: str | None,
+        pattern_type: int,
+        principal: str | None,
+        host: str | None,
+        operation: int,
+        permission: int,
+    ) -> AclBindingFilter:
+        """A filter from its wire fields (DescribeAcls, DeleteAcls); unknown codes are invalid."""
+        return cls(
+            ResourceType.from_code(resource_type),
+            resource_name,
+            PatternType.from_code(pattern_type),
+            principal,
+            host,
+            AclOperation.from_code(operation),
+            AclPermissionType.from_code(permission),
+        )
 
     def matches(self, binding: AclBinding) -> bool:
         return self.matches_pattern(binding.pattern) and self.matches_entry(binding.entry)
@@ -323,6 +367,20 @@ class AclBindingFilter:
             except InvalidAclError:
                 continue  # no binding can have this pattern, so none can match
         return tuple(patterns)
+
+
+def binding_order(binding: AclBinding) -> tuple[int, int, str, str, str, int, int]:
+    """How lists of bindings are sorted: by resource type, pattern type and name, then by
+    principal, host, operation and permission."""
+    return (
+        binding.resource_type,
+        binding.pattern_type,
+        binding.resource_name,
+        binding.principal,
+        binding.host,
+        binding.operation,
+        binding.permission,
+    )
 
 
 # The filter that matches every binding.

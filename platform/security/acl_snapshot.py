@@ -111,7 +111,7 @@ class AclSnapshot:
         for pattern in sorted(self.acls, key=_pattern_order):
             if not wanted.matches_pattern(pattern):
                 continue
-            for entry in sorted(self.acls[pattern], key=_entry_order):
+            for entry in sorted(self.acls[pattern], key=entry_order):
                 if wanted.matches_entry(entry):
                     found.append(AclBinding.of(pattern, entry))
         return found
@@ -121,7 +121,7 @@ def _pattern_order(pattern: ResourcePattern) -> tuple[int, int, str]:
     return (pattern.resource_type, pattern.pattern_type, pattern.name)
 
 
-def _entry_order(entry: AclEntry) -> tuple[str, str, int, int]:
+def entry_order(entry: AclEntry) -> tuple[str, str, int, int]:
     return (entry.principal, entry.host, entry.operation, entry.permission)
 
 

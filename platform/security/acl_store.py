@@ -1,4 +1,6 @@
-"""ACL writes to ZooKeeper: conditional read-modify-writes, each with its change notification.
+"""ACL writes to ZooKeeper: conditional read-modify-writes, each with its change notification;
+and what CreateAcls and DeleteAcls mean on top of them (`create`, `delete`), shared by the
+broker's handlers and the CLI's ZooKeeper mode.
 
 A pattern's ACLs are one znode (acl_layout). Changing them reads the znode and its version,
 applies the change, and writes back in one ZooKeeper transaction that is conditional on that
@@ -14,10 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from riverbed.coordination.layout import MalformedZnodeError
 from riverbed.coordination.zk import (
     AsyncZooKeeper,
     BadVersionError,
@@ -29,7 +32,7 @@ from riverbed.coordination.zk import (
     TransactionOp,
     ZkError,
 )
-from riverbed.security.acl import AclEntry, ResourcePattern
+from riverbed.security.acl import AclBinding, AclBindingFilter, AclEntry, ResourcePattern
 from riverbed.security.acl_cache import AclCache
 from riverbed.security.acl_layout import (
     change_path,
@@ -39,6 +42,7 @@ from riverbed.security.acl_layout import (
     resource_path,
     type_path,
 )
+from riverbed.security.acl_snapshot import AclSnapshot, entry_order
 
 # Kafka's AclAuthorizer: maxUpdateRetries 10, retryBackoffMs 100 + up to 50 of jitter.
 WRITE_ATTEMPTS_MAX: Final = 10
@@ -53,6 +57,14 @@ AclChange = Callable[[frozenset[AclEntry]], frozenset[AclEntry]]
 
 class AclWriteError(ZkError):
     """A pattern kept changing under us for WRITE_ATTEMPTS_MAX attempts."""
+
+
+@dataclass(frozen=True, slots=True)
+class AclDeletion:
+    """A binding a DeleteAcls filter matched; `error` if its pattern could not be written."""
+
+    binding: AclBinding
+    error: Exception | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +84,74 @@ class AclStore:
         self._rng = rng or random.Random()
         self._lock = asyncio.Lock()
 
+    @property
+    def snapshot(self) -> AclSnapshot:
+        """This broker's ACLs as its cache has them now."""
+        return self._cache.snapshot
+
     async def read(self, pattern: ResourcePattern) -> frozenset[AclEntry]:
         """A pattern's ACLs as ZooKeeper has them now (DeleteAcls reads patterns a filter names
         exactly, even if this broker's cache has not seen them yet)."""
         entries, _ = await self._read(pattern)
         return entries
+
+    async def create(self, bindings: Sequence[AclBinding]) -> list[Exception | None]:
+        """Add `bindings` (one write per pattern); per binding, None or the error that kept it
+        out (ZooKeeper unreachable, a pattern that kept changing, a malformed znode). Returns
+        once this broker's cache shows the additions."""
+        by_pattern: dict[ResourcePattern, list[int]] = {}
+        for index, binding in enumerate(bindings):
+            by_pattern.setdefault(binding.pattern, []).append(index)
+        results: list[Exception | None] = [None] * len(bindings)
+        writes = []
+        for pattern, indexes in by_pattern.items():
+            new = frozenset(bindings[i].entry for i in indexes)
+            try:
+                writes.append(await self.update(pattern, new.union))
+            except (ZkError, MalformedZnodeError) as error:
+                for index in indexes:
+                    results[index] = error
+        await self.wait_applied(writes)
+        return results
+
+    async def delete(self, filters: Sequence[AclBindingFilter]) -> list[list[AclDeletion]]:
+        """Remove every binding a filter matches; per filter, the bindings it removed (each
+        under the first filter, in order, that matches it), with the error of a pattern that
+        could not be written. Patterns are those this broker's cache knows plus those a filter
+        names exactly, read from ZooKeeper (Kafka's rule). Returns once the cache shows it."""
+        results: list[list[AclDeletion]] = [[] for _ in filters]
+        candidates = set(self.snapshot.acls)
+        candidates.update(p for wanted in filters for p in wanted.exact_patterns())
+        writes = []
+        for pattern in sorted(candidates, key=str):
+            matching = [(i, f) for i, f in enumerate(filters) if f.matches_pattern(pattern)]
+            if not matching:
+                continue
+            deleted, write = await self._delete_matching(pattern, matching)
+            for entry, error in deleted:
+                index = next(i for i, f in matching if f.matches_entry(entry))
+                results[index].append(AclDeletion(AclBinding.of(pattern, entry), error))
+            if write is not None:
+                writes.append(write)
+        await self.wait_applied(writes)
+        return results
+
+    async def _delete_matching(
+        self, pattern: ResourcePattern, matching: list[tuple[int, AclBindingFilter]]
+    ) -> tuple[list[tuple[AclEntry, Exception | None]], AclWrite | None]:
+        doomed: frozenset[AclEntry] = frozenset()
+
+        def remove(current: frozenset[AclEntry]) -> frozenset[AclEntry]:
+            nonlocal doomed
+            doomed = frozenset(e for e in current if any(f.matches_entry(e) for _, f in matching))
+            return current - doomed
+
+        try:
+            write = await self.update(pattern, remove)
+        except (ZkError, MalformedZnodeError) as error:
+            return [(entry, error) for entry in sorted(doomed, key=entry_order)], None
+        removed = sorted(write.before - write.after, key=entry_order)
+        return [(entry, None) for entry in removed], write
 
     async def update(self, pattern: ResourcePattern, change: AclChange) -> AclWrite:
         """Apply `change(current entries) -> new entries` to one pattern, conditionally.
