@@ -95,9 +95,10 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _describe(error: BaseException) -> str:
-    if isinstance(error, KafkaError):
-        return f"{error.code.name}: {error}"
-    return str(error)
+    text = str(error)
+    if isinstance(error, KafkaError) and not text.startswith(error.code.name):
+        return f"{error.code.name}: {text}"  # a KafkaError's text starts with its code's name
+    return text
 
 
 def _parser() -> argparse.ArgumentParser:
