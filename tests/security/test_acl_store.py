@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from riverbed.coordination.zk import AsyncZooKeeper
 from riverbed.security.acl import (
+    AclBinding,
+    AclBindingFilter,
     AclEntry,
     AclOperation,
     AclPermissionType,
@@ -294,3 +296,36 @@ async def test_decisions_go_on_while_zookeeper_is_down(own_zookeeper: DedicatedZ
             other = AclStore(zk_2, AclCache(zk_2))
             await other.update(TOPIC, adding(DENY))
         await eventually(lambda: cache.snapshot.entries(TOPIC) == {READ, DENY}, timeout_s=30)
+
+
+async def test_delete_reads_exactly_named_patterns_from_zookeeper(zk_chroot: str) -> None:
+    """Kafka's rule: a filter naming one pattern exactly removes it even if this broker's cache
+    has not seen it yet; a filter that can match many works on the cache."""
+    async with broker_side(zk_chroot) as (zk, _, writer):
+        await writer.update(TOPIC, adding(READ, DENY))
+        behind = AclCache(zk)  # never started: it has seen nothing
+        store = AclStore(zk, behind)
+        wide = AclBindingFilter(ResourceType.TOPIC, "orders", PatternType.MATCH)
+        exact = AclBindingFilter(ResourceType.TOPIC, "orders", PatternType.LITERAL, "User:bob")
+        assert await store.delete([wide]) == [[]]
+        (removed,) = await store.delete([exact])
+        assert [(d.binding.entry, d.error) for d in removed] == [(DENY, None)]
+        assert await store.read(TOPIC) == {READ}
+
+
+async def test_create_and_delete_report_per_binding(zk_chroot: str) -> None:
+    async with broker_side(zk_chroot) as (_, cache, store):
+        bindings = [
+            AclBinding.of(TOPIC, READ),
+            AclBinding.of(PREFIXED_GROUP, READ),
+            AclBinding.of(TOPIC, DENY),
+        ]
+        assert await store.create(bindings) == [None, None, None]
+        assert set(cache.snapshot.bindings()) == set(bindings)  # read-your-writes
+        by_alice = AclBindingFilter(principal="User:alice")
+        everything = AclBindingFilter()
+        first, second = await store.delete([by_alice, everything])
+        # Each removed binding is reported once, under the first filter that matches it.
+        assert {d.binding for d in first} == {bindings[0], bindings[1]}
+        assert [d.binding for d in second] == [bindings[2]]
+        assert cache.snapshot.bindings() == []
