@@ -17,6 +17,7 @@ Unknown wire codes (Kafka's UNKNOWN is 0) raise it too.
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass, field
 from typing import Final, Self
 
@@ -46,7 +47,7 @@ class _KafkaEnum(enum.IntEnum):
     @property
     def kafka_name(self) -> str:
         """Kafka's PascalCase name (`IdempotentWrite`), as ZooKeeper and kafka-acls.sh show it."""
-        return "".join(part.capitalize() for part in self.name.split("_"))
+        return _pascal_case(self.name)
 
     @classmethod
     def from_code(cls, code: int) -> Self:
@@ -63,6 +64,11 @@ class _KafkaEnum(enum.IntEnum):
                 return member
         names = ", ".join(member.kafka_name for member in cls)
         raise InvalidAclError(f"unknown {_label(cls)} {text!r}; known: {names}")
+
+
+@functools.cache
+def _pascal_case(name: str) -> str:
+    return "".join(part.capitalize() for part in name.split("_"))
 
 
 def _label(cls: type) -> str:

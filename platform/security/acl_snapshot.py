@@ -33,31 +33,60 @@ _NO_ENTRIES: Final[frozenset[AclEntry]] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
+class PatternAcls:
+    """One pattern's ACL entries, also grouped by principal: a decision reads only the entries
+    of the caller's principal and of `User:*`, however many other principals the pattern has."""
+
+    entries: frozenset[AclEntry]
+    by_principal: Mapping[str, tuple[AclEntry, ...]]
+
+    @classmethod
+    def of(cls, entries: frozenset[AclEntry]) -> PatternAcls:
+        grouped: dict[str, list[AclEntry]] = {}
+        for entry in entries:
+            grouped.setdefault(entry.principal, []).append(entry)
+        return cls(entries, {principal: tuple(found) for principal, found in grouped.items()})
+
+
+@dataclass(frozen=True, slots=True)
 class AclSnapshot:
     """Resource pattern -> its ACL entries (never an empty set: a pattern without entries is
     absent, as its znode is)."""
 
     acls: Mapping[ResourcePattern, frozenset[AclEntry]] = field(default_factory=dict)
-    _literal: dict[_Key, frozenset[AclEntry]] = field(init=False, repr=False, compare=False)
-    _prefixed: dict[_Key, frozenset[AclEntry]] = field(init=False, repr=False, compare=False)
+    _literal: dict[_Key, PatternAcls] = field(init=False, repr=False, compare=False)
+    _prefixed: dict[_Key, PatternAcls] = field(init=False, repr=False, compare=False)
     _prefix_lengths: dict[ResourceType, tuple[int, ...]] = field(
         init=False, repr=False, compare=False
     )
 
     def __post_init__(self) -> None:
-        literal: dict[_Key, frozenset[AclEntry]] = {}
-        prefixed: dict[_Key, frozenset[AclEntry]] = {}
-        lengths: dict[ResourceType, set[int]] = {}
-        for pattern, entries in self.acls.items():
+        acls = dict(self.acls)
+        for pattern, entries in acls.items():
             if not entries:
                 raise ValueError(f"{pattern} has no ACL entries: it must be absent instead")
-            key = (pattern.resource_type, pattern.name)
-            if pattern.pattern_type is PatternType.LITERAL:
-                literal[key] = entries
-            else:
-                prefixed[key] = entries
-                lengths.setdefault(pattern.resource_type, set()).add(len(pattern.name))
-        object.__setattr__(self, "acls", dict(self.acls))
+        literal = {
+            (p.resource_type, p.name): PatternAcls.of(e)
+            for p, e in acls.items()
+            if p.pattern_type is PatternType.LITERAL
+        }
+        prefixed = {
+            (p.resource_type, p.name): PatternAcls.of(e)
+            for p, e in acls.items()
+            if p.pattern_type is PatternType.PREFIXED
+        }
+        self._set(acls, literal, prefixed)
+
+    def _set(
+        self,
+        acls: dict[ResourcePattern, frozenset[AclEntry]],
+        literal: dict[_Key, PatternAcls],
+        prefixed: dict[_Key, PatternAcls],
+    ) -> None:
+        lengths: dict[ResourceType, set[int]] = {}
+        for resource_type, name in prefixed:
+            lengths.setdefault(resource_type, set()).add(len(name))
+        object.__setattr__(self, "acls", acls)
         object.__setattr__(self, "_literal", literal)
         object.__setattr__(self, "_prefixed", prefixed)
         object.__setattr__(
@@ -72,18 +101,26 @@ class AclSnapshot:
         return self.acls.get(pattern, _NO_ENTRIES)
 
     def with_entries(self, pattern: ResourcePattern, entries: frozenset[AclEntry]) -> AclSnapshot:
-        """A snapshot with `pattern`'s entries replaced (removed when `entries` is empty)."""
+        """A snapshot with `pattern`'s entries replaced (removed when `entries` is empty); the
+        indexes of every other pattern are shared with this one, not rebuilt."""
         if self.acls.get(pattern, _NO_ENTRIES) == entries:
             return self
         acls = dict(self.acls)
+        literal, prefixed = dict(self._literal), dict(self._prefixed)
+        index = literal if pattern.pattern_type is PatternType.LITERAL else prefixed
+        key = (pattern.resource_type, pattern.name)
         if entries:
             acls[pattern] = entries
+            index[key] = PatternAcls.of(entries)
         else:
             acls.pop(pattern, None)
-        return AclSnapshot(acls)
+            index.pop(key, None)
+        changed: AclSnapshot = object.__new__(AclSnapshot)
+        changed._set(acls, literal, prefixed)
+        return changed
 
-    def matching(self, resource_type: ResourceType, name: str) -> list[frozenset[AclEntry]]:
-        """The entry sets of every pattern covering the resource `name` of `resource_type`: its
+    def matching(self, resource_type: ResourceType, name: str) -> list[PatternAcls]:
+        """The ACLs of every pattern covering the resource `name` of `resource_type`: its
         literal pattern, the type's `*` wildcard and each prefixed pattern `name` starts with."""
         found = []
         literal = self._literal
@@ -97,9 +134,9 @@ class AclSnapshot:
         for length in self._prefix_lengths.get(resource_type, ()):
             if length > len(name):
                 break
-            entries = self._prefixed.get((resource_type, name[:length]))
-            if entries is not None:
-                found.append(entries)
+            acls = self._prefixed.get((resource_type, name[:length]))
+            if acls is not None:
+                found.append(acls)
         return found
 
     def patterns_of(self, resource_type: ResourceType) -> Iterator[ResourcePattern]:

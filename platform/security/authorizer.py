@@ -55,6 +55,10 @@ _GRANTED_BY: Final[dict[AclOperation, frozenset[AclOperation]]] = {
     _O.DESCRIBE: frozenset({_O.DESCRIBE, _O.READ, _O.WRITE, _O.DELETE, _O.ALTER, _O.ALL}),
     _O.DESCRIBE_CONFIGS: frozenset({_O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS, _O.ALL}),
 }
+# Decisions remembered per snapshot before the memo is emptied (each ~200 bytes).
+DECISIONS_MAX: Final = 100_000
+# (principal, host, operation, resource type, resource name)
+_Asked = tuple[str, str, AclOperation, ResourceType, str]
 # What a DENY of each operation refuses, and what KIP-679's check counts: that operation, or ALL.
 _OPERATION_OR_ALL: Final[dict[AclOperation, frozenset[AclOperation]]] = {
     op: frozenset({op, _O.ALL}) for op in AclOperation
@@ -73,11 +77,18 @@ class AuthorizerSettings:
 
 
 class Authorizer:
-    """Decides from `snapshot()`, the ACL cache's current snapshot, read once per decision."""
+    """Decides from `snapshot()`, the ACL cache's current snapshot, read once per decision.
+
+    Decisions are remembered per snapshot (snapshots never change, so neither do their
+    answers): a client repeating the same request is answered by one dict lookup. The memo is
+    dropped when the snapshot is replaced, and emptied when it reaches DECISIONS_MAX.
+    """
 
     def __init__(self, settings: AuthorizerSettings, snapshot: Callable[[], AclSnapshot]) -> None:
         self.settings = settings
         self._snapshot = snapshot
+        self._decisions: dict[_Asked, bool] = {}
+        self._decided_on: AclSnapshot | None = None
 
     def authorize(
         self,
@@ -95,23 +106,13 @@ class Authorizer:
         allowed = principal in self.settings.super_users or self._acls_allow(
             principal, host, operation, resource_type, name
         )
-        if allowed:
+        # The level is checked before the fields are built: this runs on every request.
+        level = logging.DEBUG if allowed else logging.INFO
+        if (allowed or log_denied) and log.isEnabledFor(level):
             event(
                 log,
-                logging.DEBUG,
-                "authorizer.allowed",
-                principal=principal,
-                host=host,
-                operation=operation.kafka_name,
-                resource_type=resource_type.kafka_name,
-                resource=name,
-                api=api,
-            )
-        elif log_denied:
-            event(
-                log,
-                logging.INFO,
-                "authorizer.denied",
+                level,
+                "authorizer.allowed" if allowed else "authorizer.denied",
                 principal=principal,
                 host=host,
                 operation=operation.kafka_name,
@@ -170,20 +171,42 @@ class Authorizer:
         resource_type: ResourceType,
         name: str,
     ) -> bool:
-        matching = self._snapshot().matching(resource_type, name)
+        snapshot = self._snapshot()
+        if snapshot is not self._decided_on:
+            self._decisions, self._decided_on = {}, snapshot
+        asked = (principal, host, operation, resource_type, name)
+        decided = self._decisions.get(asked)
+        if decided is None:
+            decided = self._decide(snapshot, principal, host, operation, resource_type, name)
+            if len(self._decisions) >= DECISIONS_MAX:
+                self._decisions.clear()
+            self._decisions[asked] = decided
+        return decided
+
+    def _decide(
+        self,
+        snapshot: AclSnapshot,
+        principal: str,
+        host: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: str,
+    ) -> bool:
+        matching = snapshot.matching(resource_type, name)
         if not matching:
             return self.settings.allow_everyone_if_no_acl_found
         denied_by, granted_by = _OPERATION_OR_ALL[operation], _GRANTED_BY[operation]
         granted = False
-        for entries in matching:
-            for entry in entries:
-                if not _applies(entry, principal, host):
-                    continue
-                if entry.permission is _DENY:
-                    if entry.operation in denied_by:
-                        return False
-                elif entry.operation in granted_by:
-                    granted = True
+        for acls in matching:
+            for who in (principal, WILDCARD_PRINCIPAL):
+                for entry in acls.by_principal.get(who, ()):
+                    if entry.host != host and entry.host != WILDCARD_HOST:
+                        continue
+                    if entry.permission is _DENY:
+                        if entry.operation in denied_by:
+                            return False
+                    elif entry.operation in granted_by:
+                        granted = True
         return granted
 
     def _any_allowed(
