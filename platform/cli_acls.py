@@ -250,10 +250,13 @@ def bindings_to_add(args: argparse.Namespace) -> list[AclBinding]:
     if not entries:
         raise InvalidAclError("add needs --allow-principal or --deny-principal")
     return [
-        AclBinding(resource_type, name, pattern_type, principal, host, operation, permission)
+        AclBinding(
+            resource_type, name, pattern_type, principal, host or WILDCARD_HOST, operation,
+            permission,
+        )
         for resource_type, name in targets
         for principal, host, operation, permission in entries
-    ]
+    ]  # fmt: skip
 
 
 def filters_to_list(args: argparse.Namespace) -> list[AclBindingFilter]:
@@ -274,7 +277,9 @@ def filters_to_remove(args: argparse.Namespace) -> list[AclBindingFilter]:
     targets = _required_resources(args, "remove")
     entries = _entries(args, default_operation=AclOperation.ANY, default_host=None)
     if not entries:  # no principal: every ACL of the resources
-        entries = [(None, None, AclOperation.ANY, AclPermissionType.ANY)]
+        return [
+            AclBindingFilter(resource_type, name, pattern_type) for resource_type, name in targets
+        ]
     return [
         AclBindingFilter(resource_type, name, pattern_type, principal, host, operation, permission)
         for resource_type, name in targets
@@ -291,7 +296,8 @@ def _required_resources(args: argparse.Namespace, action: str) -> list[tuple[Res
     return targets
 
 
-_Entry = tuple[Any, Any, AclOperation, AclPermissionType]
+# (principal, host, operation, permission); a None host: any host (filters only)
+_Entry = tuple[str, str | None, AclOperation, AclPermissionType]
 
 
 def _entries(

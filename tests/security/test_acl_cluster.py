@@ -201,3 +201,46 @@ def test_a_single_secured_broker_stops_cleanly(broker_factory: BrokerFactory) ->
     assert time.monotonic() - started < STOP_S_MAX
     log = broker.log_path.read_text()
     assert "event=broker.stopped" in log and "super.users" not in log
+
+
+async def test_replication_is_refused_without_the_brokers_as_super_users(
+    broker_factory: BrokerFactory,
+) -> None:
+    """Followers fetch as User:ANONYMOUS: without ClusterAction they are refused, retry, and the
+    leader takes them out of the ISR."""
+    settings = {**SECURED, "replica.lag.time.max.ms": "2000"}
+    first = broker_factory(settings, broker_id=1)
+    second = broker_factory(settings, broker_id=2)
+    async with zookeeper_acls(first.zk_connect) as acls:
+        await acls.add(*cluster_acl(AclOperation.CREATE))
+        await acls.add(*acl(ResourceType.TOPIC, TOPIC, AclOperation.DESCRIBE))
+    via_first, via_second = await connect(first), await connect(second)
+    try:
+        create = m.CreateTopicsRequest(
+            topics=[m.CreateTopicsRequest.CreatableTopic(TOPIC, 1, 2)], timeout_ms=10_000
+        )
+
+        async def created() -> bool:
+            for connection in (via_first, via_second):
+                answer = await connection.call(create, m.CreateTopicsResponse)
+                if answer.topics[0].error_code in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
+                    return True
+            return False
+
+        await eventually(created)
+
+        async def isr() -> list[int]:
+            request = m.MetadataRequest(topics=[m.MetadataRequest.MetadataRequestTopic(name=TOPIC)])
+            (topic,) = (await via_first.call(request, m.MetadataResponse)).topics
+            return list(topic.partitions[0].isr_nodes) if topic.partitions else []
+
+        async def shrunk() -> bool:
+            return len(await isr()) == 1
+
+        await eventually(shrunk)
+        (leader,) = await isr()
+        follower = second if leader == 1 else first
+        assert "answered TOPIC_AUTHORIZATION_FAILED" in follower.log_path.read_text()
+    finally:
+        await via_first.close()
+        await via_second.close()
