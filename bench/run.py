@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import (
+    authorizer,
     client_throughput,
     compaction,
     groups,
@@ -43,6 +44,7 @@ BENCHMARKS: dict[str, Callable[[BenchOptions], BenchResult]] = {
     spark.NAME: spark.run,
     compaction.NAME: compaction.run,
     tls.NAME: tls.run,
+    authorizer.NAME: authorizer.run,
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 # Scratch data dirs live here (git-ignored): on the repository's disk, deleted after each run.

@@ -1,6 +1,6 @@
 """The `riverbed` command: run brokers and a local development cluster, manage topics,
-consumer groups (`riverbed groups ...`, in riverbed.cli_groups) and SASL users (`riverbed users
-...`, in riverbed.cli_users).
+consumer groups (`riverbed groups ...`, in riverbed.cli_groups), ACLs (`riverbed acls ...`,
+in riverbed.cli_acls) and SASL users (`riverbed users ...`, in riverbed.cli_users).
 
 Every failure a user can cause (bad flag, bad config, unreachable broker, Kafka error) ends in one
 line on stderr naming the problem and a non-zero exit; tracebacks are for bugs only.
@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
 from riverbed import (
+    cli_acls,
     cli_describe,
     cli_groups,
     cli_partitions,
@@ -250,6 +251,7 @@ def _parser() -> argparse.ArgumentParser:
     for replicas in cli_partitions.add_parsers(commands, DEFAULT_BOOTSTRAP):
         replicas.set_defaults(command=_admin_action)
     cli_users.add_parser(commands)  # its actions set their own `command`
+    cli_acls.add_parser(commands, DEFAULT_BOOTSTRAP)
     return parser
 
 

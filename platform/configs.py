@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Final, Self, TypeVar
 
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.security.acl import InvalidAclError, parse_super_users
 from riverbed.security.jaas import Credentials, JaasError, parse_credentials
 from riverbed.security.limits import ConnectionLimits
 from riverbed.security.listeners import ListenerError, ListenerSet, listener_set
@@ -135,6 +136,35 @@ SASL_MECHANISMS_DEFAULT: Final = ("SCRAM-SHA-512", "SCRAM-SHA-256")
 SASL_MECHANISMS: Final = Validator(
     lambda v: isinstance(v, tuple) and mechanisms_error(v) is None,
     f"a non-empty comma-separated list of distinct {', '.join(SUPPORTED_MECHANISMS)}",
+)
+
+# authorizer.class.name values that turn on Riverbed's ACL authorizer: Kafka's names for its
+# ZooKeeper-backed AclAuthorizer (current and pre-2.4), whose ACL layout and rules Riverbed
+# follows, so a Kafka server.properties keeps working, and Riverbed's own.
+ACL_AUTHORIZER_CLASS_NAMES: Final = (
+    "kafka.security.authorizer.AclAuthorizer",
+    "kafka.security.auth.SimpleAclAuthorizer",
+    "riverbed.security.authorizer.AclAuthorizer",
+)
+
+AUTHORIZER_CLASS_NAME: Final = Validator(
+    lambda v: v == "" or v in ACL_AUTHORIZER_CLASS_NAMES,
+    "empty (no authorizer) or one of " + ", ".join(ACL_AUTHORIZER_CLASS_NAMES),
+)
+
+
+def _super_users_ok(value: ConfigPrimitive) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        parse_super_users(value)
+    except InvalidAclError:
+        return False
+    return True
+
+
+SUPER_USERS: Final = Validator(
+    _super_users_ok, "principals written Type:name, separated by ';' (User:alice;User:bob)"
 )
 
 
@@ -389,6 +419,14 @@ BROKER_ONLY_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
               "the first listener's)"),
     ConfigDef("sasl.enabled.mechanisms", _T.LIST, SASL_MECHANISMS_DEFAULT, "SASL mechanisms "
               "SASL listeners offer, in this order", SASL_MECHANISMS),
+    ConfigDef("authorizer.class.name", _T.STRING, "", "the authorizer: empty for none (every "
+              "request allowed), or one of " + ", ".join(ACL_AUTHORIZER_CLASS_NAMES) + " for "
+              "Riverbed's ACL authorizer (ACLs in ZooKeeper, Kafka's layout)",
+              AUTHORIZER_CLASS_NAME),
+    ConfigDef("super.users", _T.STRING, "", "principals the authorizer always allows, "
+              "';'-separated (User:admin;User:broker)", SUPER_USERS),
+    ConfigDef("allow.everyone.if.no.acl.found", _T.BOOLEAN, False, "with the authorizer on, allow "
+              "every principal on a resource no ACL names"),
 )  # fmt: skip
 
 # Broker configs that can change while brokers run (Kafka's dynamic broker configs), set
@@ -590,6 +628,9 @@ class BrokerConfig:
     metrics_port: int
     metrics_host: str | None
     sasl_enabled_mechanisms: tuple[str, ...]
+    authorizer_class_name: str
+    super_users: str
+    allow_everyone_if_no_acl_found: bool
     # Broker-level defaults of topic configs (see TOPIC_CONFIG_DEFS' broker_synonym).
     log_cleanup_policy: tuple[str, ...]
     compression_type: str
@@ -725,6 +766,11 @@ class BrokerConfig:
     def log_dir(self) -> str:
         """The data directory; one per broker for now (Kafka's JBOD is not supported)."""
         return self.log_dirs[0]
+
+    @property
+    def authorizer_enabled(self) -> bool:
+        """Whether requests are checked against ACLs (authorizer.class.name is set)."""
+        return bool(self.authorizer_class_name)
 
     @property
     def zookeeper_connect_timeout_ms(self) -> int:

@@ -48,6 +48,7 @@ __all__ = [
     "RecordError",
     "RequestTimedOutError",
     "RetriableError",
+    "SecurityDisabledError",
     "ThrottlingQuotaExceededError",
     "TopicAlreadyExistsError",
     "TopicError",
@@ -127,6 +128,10 @@ class OffsetNotAvailableError(OffsetError, RetriableError):
 # Security
 class AuthorizationError(KafkaError):
     """*_AUTHORIZATION_FAILED: the principal may not do this."""
+
+
+class SecurityDisabledError(KafkaError):
+    """SECURITY_DISABLED: the broker has no authorizer, so it keeps no ACLs."""
 
 
 class AuthenticationError(KafkaError):
@@ -274,6 +279,7 @@ _FAMILIES: Final[dict[type[KafkaError], tuple[ErrorCode, ...]]] = {
         _E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         _E.DELEGATION_TOKEN_AUTHORIZATION_FAILED,
     ),
+    SecurityDisabledError: (_E.SECURITY_DISABLED,),
     AuthenticationError: (
         _E.SASL_AUTHENTICATION_FAILED,
         _E.UNSUPPORTED_SASL_MECHANISM,

@@ -1,11 +1,11 @@
-"""The admin client: topics, topic configs, partition offsets and consumer groups.
+"""The admin client: topics, topic configs, partition offsets, consumer groups and ACLs.
 
 Requests go where Kafka's admin clients send them: topic creation and deletion to the controller,
 ListOffsets to each partition's leader, a group's requests (DescribeGroups, OffsetFetch,
 OffsetCommit, DeleteGroups) to its coordinator as FindCoordinator names it, ListGroups to every
 broker (each lists the groups it coordinates), everything else (Metadata, DescribeConfigs,
-IncrementalAlterConfigs of topics) to any broker. Connections and metadata come from the
-client's shared `BrokerPool`.
+IncrementalAlterConfigs of topics, the ACL requests) to any broker. Connections and metadata
+come from the client's shared `BrokerPool`.
 
 Each operation retries what a retry can fix (the controller, a leader or a group's coordinator
 moved or is loading, a connection dropped) with the pool's exponential backoff, for at most
@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, 
 from dataclasses import dataclass, field
 from typing import Final, Literal, NamedTuple, Protocol, TypeVar
 
+from riverbed.client import acls as acl_wire
 from riverbed.client.cluster import ClusterMetadata
 from riverbed.client.connection import BrokerConnection
 from riverbed.client.group.consumer_protocol import NO_GENERATION, PROTOCOL_TYPE, decode_assignment
@@ -43,6 +44,7 @@ from riverbed.errors import (
 )
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode
+from riverbed.security.acl import ANY_BINDING, AclBinding, AclBindingFilter, binding_order
 
 T = TypeVar("T")
 V = TypeVar("V")
@@ -993,6 +995,42 @@ class Admin(AsyncClient):
         if self._pool.cluster.broker(node_id) is None:
             await self._pool.refresh()
         return node_id
+
+    # -- ACLs ---------------------------------------------------------------------------------
+    async def create_acls(self, bindings: Sequence[AclBinding]) -> None:
+        """Add ACL bindings (any broker writes them to ZooKeeper; every broker follows). Raises
+        the typed error of the first binding refused (SecurityDisabledError without an
+        authorizer, AuthorizationError without ALTER on the cluster, InvalidRequestError for a
+        binding the broker finds invalid); the others are added regardless."""
+        if not bindings:
+            return
+        request = acl_wire.create_request(bindings)
+        response = await self._retrying(
+            "creating ACLs", lambda: self._call_any(request, m.CreateAclsResponse)
+        )
+        for error in acl_wire.creation_errors(bindings, response):
+            if error is not None:
+                raise error
+
+    async def describe_acls(self, wanted: AclBindingFilter = ANY_BINDING) -> list[AclBinding]:
+        """The ACL bindings `wanted` matches (all of them by default), ordered by resource
+        type, pattern type, name, then principal, host, operation and permission."""
+        request = acl_wire.describe_request(wanted)
+        response = await self._retrying(
+            "describing ACLs", lambda: self._call_any(request, m.DescribeAclsResponse)
+        )
+        return sorted(acl_wire.described_bindings(response), key=binding_order)
+
+    async def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclBinding]:
+        """Remove every ACL binding one of `filters` matches; returns the bindings removed.
+        Raises the typed error of a refused filter (as `create_acls` does)."""
+        if not filters:
+            return []
+        request = acl_wire.delete_request(filters)
+        response = await self._retrying(
+            "deleting ACLs", lambda: self._call_any(request, m.DeleteAclsResponse)
+        )
+        return acl_wire.deleted_bindings(filters, response)
 
     # -- routing and retries --------------------------------------------------------------
     async def _metadata(self, topics: list[str] | None) -> m.MetadataResponse:

@@ -47,6 +47,9 @@ UUID printed as URL-safe base64 without padding.
 
 Decoding is strict: a znode that is not what this table says raises MalformedZnodeError naming
 the path and the field, rather than surfacing as a KeyError far away.
+
+ACLs (`/kafka-acl`, `/kafka-acl-extended`, their change notifications) are not cluster metadata:
+their paths and JSON live in riverbed.security.acl_layout.
 """
 
 from __future__ import annotations

@@ -50,6 +50,9 @@ from riverbed.hot.retention import apply_retention
 from riverbed.hot.server import AuthenticatorFactory, KafkaServer, ServerLimits
 from riverbed.log_events import event
 from riverbed.protocol.errors import KafkaError
+from riverbed.security.acl_cache import AclCache
+from riverbed.security.acl_store import AclStore
+from riverbed.security.authorizer import Authorizer, AuthorizerSettings
 from riverbed.security.credentials import CredentialCache, CredentialWatcher
 from riverbed.security.limits import ConnectionQuotas
 from riverbed.security.sasl_server import SaslServerAuthenticator
@@ -134,6 +137,7 @@ class Broker:
         check_data_dir_identity(data_dir, cluster_id=cluster_id, broker_id=config.broker_id)
         await self._watcher.start()
         stack.push_async_callback(self._watcher.stop)
+        acls = await self._start_acls() if config.authorizer_enabled else None
         metrics = BrokerMetrics()
         isr_manager = IsrManager(
             self._store,
@@ -163,6 +167,11 @@ class Broker:
             metrics=metrics,
             controller=self._controller,
         )
+        if acls is not None:
+            self._ctx.acl_store = acls
+            self._ctx.authorizer = Authorizer(
+                AuthorizerSettings.from_config(config), lambda: acls.snapshot
+            )
         self._servers = self._listener_servers(Dispatcher(self._ctx), ssl_contexts, authenticators)
         if config.remote_storage_url is not None:
             # Imported here: pyarrow and aiobotocore load only on brokers that tier.
@@ -238,6 +247,14 @@ class Broker:
             await self._ctx.groups.close()
         await self._exit_stack.aclose()
         event(log, logging.INFO, "broker.stopped", broker=self.config.broker_id)
+
+    async def _start_acls(self) -> AclStore:
+        """The ACL cache, loaded before anything is served (so no request is decided on an
+        empty one), and the store that writes through it."""
+        cache = AclCache(self._zk)
+        await cache.start()
+        self._exit_stack.push_async_callback(cache.stop)
+        return AclStore(self._zk, cache)
 
     async def _close_logs(self) -> None:
         if self._ctx is not None:

@@ -5,7 +5,8 @@ see a new leader at once instead of after the ZooKeeper session times out. It se
 ControlledShutdown to the controller (or calls its own Controller when it is the controller) and
 tries again, after a backoff, while the answer lists partitions it still leads or the request
 failed (the controller moved, a connection was refused): `controlled.shutdown.max.retries`
-attempts in all, after which it stops anyway.
+attempts in all, after which it stops anyway. A controller whose ACLs refuse this broker
+(CLUSTER_AUTHORIZATION_FAILED: the brokers' principal is not a super user) is not asked again.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ CONTROLLED_SHUTDOWN_ATTEMPTS_MAX: Final = 3
 CONTROLLED_SHUTDOWN_RETRY_BACKOFF_MS: Final = 1_000
 # Kafka's controller.socket.timeout.ms: connecting to the controller and waiting for its answer.
 CONTROLLER_SOCKET_TIMEOUT_MS: Final = 30_000
+# Answers no retry changes.
+NOT_RETRIED: Final = frozenset({ErrorCode.CLUSTER_AUTHORIZATION_FAILED})
 
 
 async def request_controlled_shutdown(
@@ -51,6 +54,16 @@ async def request_controlled_shutdown(
                 remaining = await _attempt(cache, broker_id, local_controller, dialer, timeout_ms)
         # ConnectionError (refused, closed) is an OSError; a garbled answer is worth a retry too.
         except (KafkaError, OSError, TimeoutError, ProtocolDecodeError) as error:
+            if isinstance(error, KafkaError) and error.code in NOT_RETRIED:
+                # No retry can change it: the controller's ACLs refuse this broker.
+                log.warning(
+                    "controlled shutdown of broker %d refused by the controller (%s): with the "
+                    "authorizer on, the principal brokers connect as must be in super.users; "
+                    "stopping without handing leaderships over",
+                    broker_id,
+                    error.code.name,
+                )
+                return False
             log.info("controlled shutdown attempt %d/%d failed: %s", attempt, attempts_max, error)
         else:
             if not remaining:

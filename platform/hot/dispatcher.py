@@ -7,6 +7,11 @@ from collections.abc import Coroutine
 from typing import Any
 
 from prometheus_client import Histogram
+from riverbed.hot.handlers.acls import (
+    handle_create_acls,
+    handle_delete_acls,
+    handle_describe_acls,
+)
 from riverbed.hot.handlers.admin_topics import handle_create_topics, handle_delete_topics
 from riverbed.hot.handlers.alter_configs import (
     handle_alter_configs,
@@ -45,6 +50,7 @@ from riverbed.hot.server import Deferred, Response
 from riverbed.protocol import messages as m
 from riverbed.protocol.connection import RequestHeader, encode_response
 from riverbed.protocol.messages import RequestBody, ResponseBody
+from riverbed.security.access import Access
 from riverbed.security.sasl_server import answer_when_not_authenticating
 from riverbed.security.session import Session
 
@@ -65,83 +71,92 @@ class Dispatcher:
         self, header: RequestHeader, body: RequestBody, session: Session
     ) -> Response | Deferred:
         started_s = time.perf_counter()
-        metrics = self._ctx.metrics.api(type(body).__name__)
+        request_type = type(body).__name__
+        metrics = self._ctx.metrics.api(request_type)
         metrics.requests.inc()
+        access = self._ctx.access(session, request_type)
         if isinstance(body, m.ProduceRequest):
-            outcome = await handle_produce(self._ctx, body)
+            outcome = await handle_produce(self._ctx, body, access)
             if isinstance(outcome, Coroutine):
                 return Deferred(_encode_when_done(header, outcome, metrics.seconds, started_s))
             metrics.seconds.observe(time.perf_counter() - started_s)
             return None if outcome is None else encode_response(header, outcome)
-        response = await self._handle(header, body, session)
+        response = await self._handle(header, body, session, access)
         metrics.seconds.observe(time.perf_counter() - started_s)
         if response is None:
             return None
         return encode_response(header, response)
 
     async def _handle(
-        self, header: RequestHeader, body: RequestBody, session: Session
+        self, header: RequestHeader, body: RequestBody, session: Session, access: Access
     ) -> ResponseBody | None:
+        """Every handler but ApiVersions' gets the request's `access` and checks it first."""
         ctx, version = self._ctx, header.api_version
         match body:
             case m.FetchRequest():
-                return await handle_fetch(ctx, body, version)
+                return await handle_fetch(ctx, body, version, access)
             case m.ListOffsetsRequest():
-                return await handle_list_offsets(ctx, body)
+                return await handle_list_offsets(ctx, body, access)
             case m.MetadataRequest():
-                return await handle_metadata(ctx, body, version, session.listener)
+                return await handle_metadata(ctx, body, version, access, session.listener)
             case m.ApiVersionsRequest():
                 return await handle_api_versions(body)
             case m.CreateTopicsRequest():
-                return await handle_create_topics(ctx, body)
+                return await handle_create_topics(ctx, body, access)
             case m.DeleteTopicsRequest():
-                return await handle_delete_topics(ctx, body, version)
+                return await handle_delete_topics(ctx, body, version, access)
             case m.DescribeConfigsRequest():
-                return await handle_describe_configs(ctx, body, version)
+                return await handle_describe_configs(ctx, body, version, access)
             case m.FindCoordinatorRequest():
-                return await handle_find_coordinator(ctx, body, version, session.listener)
+                return await handle_find_coordinator(ctx, body, version, access, session.listener)
             case m.AlterConfigsRequest():
-                return await handle_alter_configs(ctx, body)
+                return await handle_alter_configs(ctx, body, access)
             case m.IncrementalAlterConfigsRequest():
-                return await handle_incremental_alter_configs(ctx, body)
+                return await handle_incremental_alter_configs(ctx, body, access)
             case m.InitProducerIdRequest():
-                return await handle_init_producer_id(ctx, body)
+                return await handle_init_producer_id(ctx, body, access)
             case m.ControlledShutdownRequest():
-                return await handle_controlled_shutdown(ctx, body)
+                return await handle_controlled_shutdown(ctx, body, access)
             case m.OffsetForLeaderEpochRequest():
-                return await handle_offset_for_leader_epoch(ctx, body)
+                return await handle_offset_for_leader_epoch(ctx, body, access)
             case m.OffsetCommitRequest():
-                return await handle_offset_commit(ctx, body)
+                return await handle_offset_commit(ctx, body, access)
             case m.OffsetFetchRequest():
-                return await handle_offset_fetch(ctx, body, version)
+                return await handle_offset_fetch(ctx, body, version, access)
             case m.JoinGroupRequest():
                 # Kafka names a member's host as Java's InetAddress.toString() does: "/<ip>".
                 client_id = header.client_id or ""
                 return await handle_join_group(
-                    ctx, body, version, client_id, f"/{session.client_host}"
+                    ctx, body, version, client_id, f"/{session.client_host}", access
                 )
             case m.SyncGroupRequest():
-                return await handle_sync_group(ctx, body, version)
+                return await handle_sync_group(ctx, body, version, access)
             case m.HeartbeatRequest():
-                return await handle_heartbeat(ctx, body)
+                return await handle_heartbeat(ctx, body, access)
             case m.LeaveGroupRequest():
-                return await handle_leave_group(ctx, body, version)
+                return await handle_leave_group(ctx, body, version, access)
             case m.DescribeGroupsRequest():
-                return await handle_describe_groups(ctx, body)
+                return await handle_describe_groups(ctx, body, access)
             case m.ListGroupsRequest():
-                return await handle_list_groups(ctx, body)
+                return await handle_list_groups(ctx, body, access)
             case m.DeleteGroupsRequest():
-                return await handle_delete_groups(ctx, body)
+                return await handle_delete_groups(ctx, body, access)
             case m.AlterPartitionReassignmentsRequest():
-                return await handle_alter_partition_reassignments(ctx, body)
+                return await handle_alter_partition_reassignments(ctx, body, access)
             case m.ListPartitionReassignmentsRequest():
-                return await handle_list_partition_reassignments(ctx, body)
+                return await handle_list_partition_reassignments(ctx, body, access)
             case m.ElectLeadersRequest():
-                return await handle_elect_leaders(ctx, body)
+                return await handle_elect_leaders(ctx, body, access)
             case m.DeleteRecordsRequest():
-                return await handle_delete_records(ctx, body)
+                return await handle_delete_records(ctx, body, access)
             case m.DescribeLogDirsRequest():
-                return await handle_describe_log_dirs(ctx, body)
+                return await handle_describe_log_dirs(ctx, body, access)
+            case m.DescribeAclsRequest():
+                return await handle_describe_acls(ctx, body, access)
+            case m.CreateAclsRequest():
+                return await handle_create_acls(ctx, body, access)
+            case m.DeleteAclsRequest():
+                return await handle_delete_acls(ctx, body, access)
             case m.SaslHandshakeRequest() | m.SaslAuthenticateRequest():
                 # SASL listeners answer these in the server's authenticator; here they came on a
                 # listener without SASL: ILLEGAL_SASL_STATE, as Kafka's request handlers answer.

@@ -1092,6 +1092,133 @@ class OffsetForLeaderEpochResponse:
 
 
 @dataclass(slots=True)
+class DescribeAclsRequest:
+    """DescribeAcls request (API key 29), versions 0-3."""
+
+    API_KEY: ClassVar[int] = 29
+
+    resource_type_filter: int = 0
+    resource_name_filter: str | None = ""
+    # v1+
+    pattern_type_filter: int = 3
+    principal_filter: str | None = ""
+    host_filter: str | None = ""
+    operation: int = 0
+    permission_type: int = 0
+
+
+@dataclass(slots=True)
+class DescribeAclsResponse:
+    """DescribeAcls response (API key 29), versions 0-3."""
+
+    API_KEY: ClassVar[int] = 29
+
+    @dataclass(slots=True)
+    class DescribeAclsResource:
+        resource_type: int = 0
+        resource_name: str = ""
+        # v1+
+        pattern_type: int = 3
+        acls: list[DescribeAclsResponse.AclDescription] = field(default_factory=list)
+
+    @dataclass(slots=True)
+    class AclDescription:
+        principal: str = ""
+        host: str = ""
+        operation: int = 0
+        permission_type: int = 0
+
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    error_message: str | None = ""
+    resources: list[DescribeAclsResponse.DescribeAclsResource] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class CreateAclsRequest:
+    """CreateAcls request (API key 30), versions 0-3."""
+
+    API_KEY: ClassVar[int] = 30
+
+    @dataclass(slots=True)
+    class AclCreation:
+        resource_type: int = 0
+        resource_name: str = ""
+        # v1+
+        resource_pattern_type: int = 3
+        principal: str = ""
+        host: str = ""
+        operation: int = 0
+        permission_type: int = 0
+
+    creations: list[CreateAclsRequest.AclCreation] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class CreateAclsResponse:
+    """CreateAcls response (API key 30), versions 0-3."""
+
+    API_KEY: ClassVar[int] = 30
+
+    @dataclass(slots=True)
+    class AclCreationResult:
+        error_code: int = 0
+        error_message: str | None = ""
+
+    throttle_time_ms: int = 0
+    results: list[CreateAclsResponse.AclCreationResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DeleteAclsRequest:
+    """DeleteAcls request (API key 31), versions 0-3."""
+
+    API_KEY: ClassVar[int] = 31
+
+    @dataclass(slots=True)
+    class DeleteAclsFilter:
+        resource_type_filter: int = 0
+        resource_name_filter: str | None = ""
+        # v1+
+        pattern_type_filter: int = 3
+        principal_filter: str | None = ""
+        host_filter: str | None = ""
+        operation: int = 0
+        permission_type: int = 0
+
+    filters: list[DeleteAclsRequest.DeleteAclsFilter] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DeleteAclsResponse:
+    """DeleteAcls response (API key 31), versions 0-3."""
+
+    API_KEY: ClassVar[int] = 31
+
+    @dataclass(slots=True)
+    class DeleteAclsFilterResult:
+        error_code: int = 0
+        error_message: str | None = ""
+        matching_acls: list[DeleteAclsResponse.DeleteAclsMatchingAcl] = field(default_factory=list)
+
+    @dataclass(slots=True)
+    class DeleteAclsMatchingAcl:
+        error_code: int = 0
+        error_message: str | None = ""
+        resource_type: int = 0
+        resource_name: str = ""
+        # v1+
+        pattern_type: int = 3
+        principal: str = ""
+        host: str = ""
+        operation: int = 0
+        permission_type: int = 0
+
+    throttle_time_ms: int = 0
+    filter_results: list[DeleteAclsResponse.DeleteAclsFilterResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class DescribeConfigsRequest:
     """DescribeConfigs request (API key 32), versions 1-4."""
 
@@ -1487,6 +1614,9 @@ RequestBody = (
     | DeleteRecordsRequest
     | InitProducerIdRequest
     | OffsetForLeaderEpochRequest
+    | DescribeAclsRequest
+    | CreateAclsRequest
+    | DeleteAclsRequest
     | DescribeConfigsRequest
     | AlterConfigsRequest
     | DescribeLogDirsRequest
@@ -1519,6 +1649,9 @@ ResponseBody = (
     | DeleteRecordsResponse
     | InitProducerIdResponse
     | OffsetForLeaderEpochResponse
+    | DescribeAclsResponse
+    | CreateAclsResponse
+    | DeleteAclsResponse
     | DescribeConfigsResponse
     | AlterConfigsResponse
     | DescribeLogDirsResponse
@@ -1552,6 +1685,9 @@ REQUEST_CLASSES: dict[int, type[RequestBody]] = {
     21: DeleteRecordsRequest,
     22: InitProducerIdRequest,
     23: OffsetForLeaderEpochRequest,
+    29: DescribeAclsRequest,
+    30: CreateAclsRequest,
+    31: DeleteAclsRequest,
     32: DescribeConfigsRequest,
     33: AlterConfigsRequest,
     35: DescribeLogDirsRequest,
@@ -1585,6 +1721,9 @@ RESPONSE_CLASSES: dict[int, type[ResponseBody]] = {
     21: DeleteRecordsResponse,
     22: InitProducerIdResponse,
     23: OffsetForLeaderEpochResponse,
+    29: DescribeAclsResponse,
+    30: CreateAclsResponse,
+    31: DeleteAclsResponse,
     32: DescribeConfigsResponse,
     33: AlterConfigsResponse,
     35: DescribeLogDirsResponse,

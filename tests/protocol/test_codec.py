@@ -39,6 +39,7 @@ from riverbed.protocol.schema import ApiSpec, FieldSpec, StructSpec, load_api_sp
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka.protocol import sasl as kp_sasl
+    from kafka.protocol.admin import acl as kp_acl
     from kafka.protocol.admin import cluster as kp_cluster
     from kafka.protocol.admin import configs as kp_configs
     from kafka.protocol.admin import groups as kp_admin_groups
@@ -163,6 +164,9 @@ def test_supported_api_versions() -> None:
         21: (0, 2),
         22: (0, 4),
         23: (2, 4),
+        29: (0, 3),
+        30: (0, 3),
+        31: (0, 3),
         32: (1, 4),
         33: (0, 2),
         35: (1, 4),
@@ -188,6 +192,9 @@ def test_flexible_versions() -> None:
         "CreateTopics": 5,
         "DeleteTopics": 4,
         "DeleteRecords": 2,
+        "DescribeAcls": 2,
+        "CreateAcls": 2,
+        "DeleteAcls": 2,
         "DescribeConfigs": 4,
         "AlterConfigs": 2,
         "IncrementalAlterConfigs": 1,
@@ -250,6 +257,9 @@ KAFKA_PYTHON_CLASSES: dict[int, tuple[Any, Any]] = {
     21: (kp_topics.DeleteRecordsRequest, kp_topics.DeleteRecordsResponse),
     22: (kp_transaction.InitProducerIdRequest, kp_transaction.InitProducerIdResponse),
     23: (kp_offsets.OffsetForLeaderEpochRequest, kp_offsets.OffsetForLeaderEpochResponse),
+    29: (kp_acl.DescribeAclsRequest, kp_acl.DescribeAclsResponse),
+    30: (kp_acl.CreateAclsRequest, kp_acl.CreateAclsResponse),
+    31: (kp_acl.DeleteAclsRequest, kp_acl.DeleteAclsResponse),
     32: (kp_configs.DescribeConfigsRequest, kp_configs.DescribeConfigsResponse),
     33: (kp_configs.AlterConfigsRequest, kp_configs.AlterConfigsResponse),
     35: (kp_cluster.DescribeLogDirsRequest, kp_cluster.DescribeLogDirsResponse),
@@ -269,9 +279,9 @@ KAFKA_PYTHON_CLASSES: dict[int, tuple[Any, Any]] = {
 # Broker-to-controller APIs kafka-python does not implement: checked by round trips and by the
 # brokers' own use of them in the cluster tests.
 INTER_BROKER_ONLY = {7}
-# kafka-python 3 reads Kafka 4's JSON, which dropped these versions (KIP-896): OffsetCommit v0-1
-# and OffsetFetch v0 are checked against aiokafka's classes instead.
-KAFKA_PYTHON_MISSING_VERSIONS = {8: {0, 1}, 9: {0}}
+# kafka-python 3 reads Kafka 4's JSON, which dropped these versions (KIP-896): OffsetCommit v0-1,
+# OffsetFetch v0 and the ACL APIs' v0 are checked against aiokafka's classes instead.
+KAFKA_PYTHON_MISSING_VERSIONS = {8: {0, 1}, 9: {0}, 29: {0}, 30: {0}, 31: {0}}
 KAFKA_PYTHON_CASES = [
     case
     for case in CASES
@@ -329,9 +339,16 @@ def test_kafka_python_reads_and_rewrites_our_bytes(
     assert theirs.encode(version=version) == encoded
 
 
-# aiokafka declares ListOffsets v4-5 CurrentLeaderEpoch as int64 (Kafka's spec says int32), and
-# its ListGroupsRequest_v2 claims API_VERSION 1.
-AIOKAFKA_KNOWN_WRONG = {"OffsetRequest_v4", "OffsetRequest_v5", "ListGroupsRequest_v2"}
+# aiokafka declares ListOffsets v4-5 CurrentLeaderEpoch as int64 (Kafka's spec says int32), its
+# ListGroupsRequest_v2 claims API_VERSION 1, and its DescribeAcls v2 reuses v1's non-flexible
+# schema (v2 is the first flexible version).
+AIOKAFKA_KNOWN_WRONG = {
+    "OffsetRequest_v4",
+    "OffsetRequest_v5",
+    "ListGroupsRequest_v2",
+    "DescribeAclsRequest_v2",
+    "DescribeAclsResponse_v2",
+}
 
 
 def _aiokafka_classes() -> list[Any]:

@@ -13,6 +13,8 @@ from riverbed.configs import ConfigError, validate_topic_configs
 from riverbed.hot.handlers.context import BrokerContext
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.security.access import Access
+from riverbed.security.acl import AclOperation, ResourceType
 
 CreatableTopicResult = m.CreateTopicsResponse.CreatableTopicResult
 DeletableTopicResult = m.DeleteTopicsResponse.DeletableTopicResult
@@ -22,15 +24,23 @@ ADMIN_TIMEOUT_MS_MAX = 120_000
 
 
 async def handle_create_topics(
-    ctx: BrokerContext, request: m.CreateTopicsRequest
+    ctx: BrokerContext, request: m.CreateTopicsRequest, access: Access
 ) -> m.CreateTopicsResponse:
+    """Needs CREATE on the cluster, or on each topic (TOPIC_AUTHORIZATION_FAILED); topics the
+    principal may not DESCRIBE_CONFIGS also get that code as their topic config error (v5+),
+    as in Kafka. Checked on the controller only, after NOT_CONTROLLER."""
     results = []
     created = []
+    denied, config_denied = _create_refusals(ctx, request, access)
     for topic in request.topics:
         result = CreatableTopicResult(name=topic.name, error_message=None)
         results.append(result)
         try:
             _check_controller(ctx)
+            if topic.name in denied:
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+            if topic.name in config_denied:
+                result.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             topic_id = await _create_topic(ctx, topic, validate_only=request.validate_only)
         except KafkaError as error:
             result.error_code = error.code
@@ -46,6 +56,24 @@ async def handle_create_topics(
             lambda: all(ctx.topic_applied(name) for name in created), _timeout_s(request.timeout_ms)
         )
     return m.CreateTopicsResponse(topics=results)
+
+
+def _create_refusals(
+    ctx: BrokerContext, request: m.CreateTopicsRequest, access: Access
+) -> tuple[frozenset[str], frozenset[str]]:
+    """(topics the principal may not create, topics whose configs it may not describe)."""
+    if not access.enabled or ctx.cache.controller_id != ctx.broker_id:
+        return frozenset(), frozenset()
+    names = [topic.name for topic in request.topics]
+    denied = (
+        frozenset()
+        if access.allows_cluster(AclOperation.CREATE, log_denied=False)
+        else access.denied(AclOperation.CREATE, ResourceType.TOPIC, names)
+    )
+    config_denied = access.denied(
+        AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, names, log_denied=False
+    )
+    return denied, config_denied
 
 
 async def _create_topic(
@@ -93,8 +121,11 @@ def _replication_factor(ctx: BrokerContext, topic: m.CreateTopicsRequest.Creatab
 
 
 async def handle_delete_topics(
-    ctx: BrokerContext, request: m.DeleteTopicsRequest, version: int
+    ctx: BrokerContext, request: m.DeleteTopicsRequest, version: int, access: Access
 ) -> m.DeleteTopicsResponse:
+    """Needs DELETE on each topic (TOPIC_AUTHORIZATION_FAILED, checked before whether the topic
+    exists, as in Kafka); a topic named by id whose name the principal may not DESCRIBE is
+    answered without its name."""
     wanted: list[tuple[str | None, uuid.UUID]] = (
         [(t.name, t.topic_id) for t in request.topics]
         if version >= 6
@@ -110,6 +141,7 @@ async def handle_delete_topics(
             metadata = (
                 ctx.cache.topic(name) if name is not None else ctx.cache.topic_by_id(topic_id)
             )
+            _check_delete_allowed(access, result, name if metadata is None else metadata.name)
             if metadata is None:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name else ErrorCode.UNKNOWN_TOPIC_ID
                 raise KafkaError(code, f"unknown topic {name or topic_id}")
@@ -126,6 +158,17 @@ async def handle_delete_topics(
             _timeout_s(request.timeout_ms),
         )
     return m.DeleteTopicsResponse(responses=results)
+
+
+def _check_delete_allowed(access: Access, result: DeletableTopicResult, name: str | None) -> None:
+    if name is None or not access.enabled:
+        return  # an unknown topic id: UNKNOWN_TOPIC_ID follows
+    by_id = result.name is None
+    if by_id and not access.allows(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+        raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
+    if not access.allows(AclOperation.DELETE, ResourceType.TOPIC, name):
+        result.name = name  # it may DESCRIBE the topic: its name is no secret
+        raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
 
 
 def _check_controller(ctx: BrokerContext) -> None:

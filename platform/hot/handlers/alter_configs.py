@@ -34,8 +34,11 @@ from riverbed.configs import (
     effective_topic_config,
 )
 from riverbed.hot.handlers.context import BrokerContext
+from riverbed.hot.handlers.describe_configs import config_refusal
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.security.access import Access
+from riverbed.security.acl import AclOperation
 
 RESOURCE_TOPIC: Final = 2
 RESOURCE_BROKER: Final = 4
@@ -60,7 +63,7 @@ class ConfigOperation(enum.IntEnum):
 
 
 async def handle_alter_configs(
-    ctx: BrokerContext, request: m.AlterConfigsRequest
+    ctx: BrokerContext, request: m.AlterConfigsRequest, access: Access
 ) -> m.AlterConfigsResponse:
     """Replace each topic's whole set of overrides with the given configs (keys left out go back
     to their defaults)."""
@@ -72,13 +75,18 @@ async def handle_alter_configs(
         responses.append(result)
         change = functools.partial(_replace, [(c.name, c.value) for c in resource.configs])
         result.error_code, result.error_message = await _alter(
-            ctx, resource.resource_type, resource.resource_name, change, request.validate_only
+            ctx,
+            access,
+            resource.resource_type,
+            resource.resource_name,
+            change,
+            request.validate_only,
         )
     return m.AlterConfigsResponse(responses=responses)
 
 
 async def handle_incremental_alter_configs(
-    ctx: BrokerContext, request: m.IncrementalAlterConfigsRequest
+    ctx: BrokerContext, request: m.IncrementalAlterConfigsRequest, access: Access
 ) -> m.IncrementalAlterConfigsResponse:
     """SET, DELETE, APPEND to or SUBTRACT from single keys of each topic's overrides."""
     responses = []
@@ -89,19 +97,29 @@ async def handle_incremental_alter_configs(
         responses.append(result)
         change = functools.partial(_apply_operations, ctx.config, resource.configs)
         result.error_code, result.error_message = await _alter(
-            ctx, resource.resource_type, resource.resource_name, change, request.validate_only
+            ctx,
+            access,
+            resource.resource_type,
+            resource.resource_name,
+            change,
+            request.validate_only,
         )
     return m.IncrementalAlterConfigsResponse(responses=responses)
 
 
 async def _alter(
     ctx: BrokerContext,
+    access: Access,
     resource_type: int,
     name: str,
     change: Callable[[Mapping[str, ConfigDef], Mapping[str, str]], Overrides],
     validate_only: bool,
 ) -> tuple[int, str | None]:
-    """Apply `change` to one resource; the (error code, message) of its result."""
+    """Apply `change` to one resource; the (error code, message) of its result. Needs
+    ALTER_CONFIGS on the topic, or on the cluster for broker configs."""
+    refusal = config_refusal(access, AclOperation.ALTER_CONFIGS, resource_type, name)
+    if refusal is not None:
+        return refusal.code, str(refusal)
     try:
         if resource_type == RESOURCE_BROKER:
             await _alter_broker_defaults(ctx, name, change, validate_only=validate_only)

@@ -18,6 +18,10 @@ from riverbed.hot.isr import IsrManager
 from riverbed.hot.metrics import BrokerMetrics
 from riverbed.hot.partitions import Partition, PartitionManager
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.security.access import ALLOW_ALL, Access, AclAccess
+from riverbed.security.acl_store import AclStore
+from riverbed.security.authorizer import Authorizer
+from riverbed.security.session import Session
 
 if TYPE_CHECKING:
     from riverbed.tiering.service import TieredStorage
@@ -43,8 +47,18 @@ class BrokerContext:
     controller: Controller | None = None  # ours; active only while this broker is controller
     now_ms: Callable[[], int] = field(default=wall_clock_ms)
     tiering: TieredStorage | None = None  # when remote.storage.url is set
+    # Both set when authorizer.class.name is: requests are checked against ACLs.
+    authorizer: Authorizer | None = None
+    acl_store: AclStore | None = None
     # Futures of handlers waiting for a metadata change to be applied locally (see wait_until).
     _applied_waiters: set[asyncio.Future[None]] = field(default_factory=set)
+
+    def access(self, session: Session, request_type: str) -> Access:
+        """What one request (of the message class named `request_type`) may do: everything
+        without an authorizer, else what the ACLs allow its principal and host."""
+        if self.authorizer is None:
+            return ALLOW_ALL
+        return AclAccess(self.authorizer, session, request_type.removesuffix("Request"))
 
     def metadata_applied(self) -> None:
         """Called by the broker after it applied a metadata change (opened/closed logs)."""

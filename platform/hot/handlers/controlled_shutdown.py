@@ -11,13 +11,18 @@ from __future__ import annotations
 from riverbed.hot.handlers.context import BrokerContext
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.security.access import Access
+from riverbed.security.acl import AclOperation
 
 RemainingPartition = m.ControlledShutdownResponse.RemainingPartition
 
 
 async def handle_controlled_shutdown(
-    ctx: BrokerContext, request: m.ControlledShutdownRequest
+    ctx: BrokerContext, request: m.ControlledShutdownRequest, access: Access
 ) -> m.ControlledShutdownResponse:
+    """Only for brokers: needs CLUSTER_ACTION on the cluster (CLUSTER_AUTHORIZATION_FAILED)."""
+    if not access.allows_cluster(AclOperation.CLUSTER_ACTION):
+        return m.ControlledShutdownResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     if ctx.controller is None:
         return m.ControlledShutdownResponse(error_code=ErrorCode.NOT_CONTROLLER)
     try:

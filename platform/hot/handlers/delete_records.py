@@ -25,6 +25,8 @@ from riverbed.hot.handlers.context import BrokerContext
 from riverbed.hot.partitions import Partition
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.security.access import Access
+from riverbed.security.acl import AclOperation, ResourceType
 
 TopicResult = m.DeleteRecordsResponse.DeleteRecordsTopicResult
 PartitionResult = m.DeleteRecordsResponse.DeleteRecordsPartitionResult
@@ -42,15 +44,22 @@ class _Moved:
 
 
 async def handle_delete_records(
-    ctx: BrokerContext, request: m.DeleteRecordsRequest
+    ctx: BrokerContext, request: m.DeleteRecordsRequest, access: Access
 ) -> m.DeleteRecordsResponse:
+    """Topics the principal may not DELETE get TOPIC_AUTHORIZATION_FAILED."""
     topics = []
     moved: list[_Moved] = []
+    denied = access.denied(
+        AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in request.topics)
+    )
     for topic in request.topics:
         results = []
         for wanted in topic.partitions:
             result = PartitionResult(partition_index=wanted.partition_index, low_watermark=-1)
             results.append(result)
+            if topic.name in denied:
+                result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                continue
             try:
                 partition, offset = await _move(ctx, topic.name, wanted)
             except KafkaError as error:

@@ -6,7 +6,9 @@ from __future__ import annotations
 from riverbed.configs import ConfigValue, effective_broker_config, effective_topic_config
 from riverbed.hot.handlers.context import BrokerContext
 from riverbed.protocol import messages as m
-from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.security.access import Access
+from riverbed.security.acl import AclOperation, ResourceType
 
 Result = m.DescribeConfigsResponse.DescribeConfigsResult
 Entry = m.DescribeConfigsResponse.DescribeConfigsResourceResult
@@ -16,13 +18,34 @@ RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 
 
+def config_refusal(
+    access: Access, operation: AclOperation, resource_type: int, name: str
+) -> KafkaError | None:
+    """The error of a config request on a topic or broker resource the principal may not
+    `operation` (DESCRIBE_CONFIGS or ALTER_CONFIGS): a broker's configs are the cluster's."""
+    if resource_type == RESOURCE_TOPIC:
+        if not access.allows(operation, ResourceType.TOPIC, name):
+            return KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
+    elif resource_type == RESOURCE_BROKER and not access.allows_cluster(operation):
+        return KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+    return None
+
+
 async def handle_describe_configs(
-    ctx: BrokerContext, request: m.DescribeConfigsRequest, version: int
+    ctx: BrokerContext, request: m.DescribeConfigsRequest, version: int, access: Access
 ) -> m.DescribeConfigsResponse:
+    """Needs DESCRIBE_CONFIGS on the topic (TOPIC_AUTHORIZATION_FAILED) or, for the broker, on
+    the cluster (CLUSTER_AUTHORIZATION_FAILED)."""
     results = []
     for resource in request.resources:
         result = Result(resource_type=resource.resource_type, resource_name=resource.resource_name)
         results.append(result)
+        refusal = config_refusal(
+            access, AclOperation.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name
+        )
+        if refusal is not None:
+            result.error_code, result.error_message = refusal.code, str(refusal)
+            continue
         values = _resource_configs(ctx, resource.resource_type, resource.resource_name, result)
         if values is None:
             continue

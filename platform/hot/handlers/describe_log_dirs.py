@@ -18,6 +18,8 @@ from riverbed.hot.handlers.context import BrokerContext
 from riverbed.hot.partitions import Partition
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.security.access import Access
+from riverbed.security.acl import AclOperation
 
 Result = m.DescribeLogDirsResponse.DescribeLogDirsResult
 TopicResult = m.DescribeLogDirsResponse.DescribeLogDirsTopic
@@ -25,8 +27,12 @@ PartitionResult = m.DescribeLogDirsResponse.DescribeLogDirsPartition
 
 
 async def handle_describe_log_dirs(
-    ctx: BrokerContext, request: m.DescribeLogDirsRequest
+    ctx: BrokerContext, request: m.DescribeLogDirsRequest, access: Access
 ) -> m.DescribeLogDirsResponse:
+    """Needs DESCRIBE on the cluster: CLUSTER_AUTHORIZATION_FAILED and no results otherwise
+    (v1-2 have no top-level error: they just see no directory)."""
+    if not access.allows_cluster(AclOperation.DESCRIBE):
+        return m.DescribeLogDirsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     wanted = (
         None
         if request.topics is None

@@ -30,6 +30,8 @@ from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.records_header import iter_batch_headers
 from riverbed.protocol.regions import FileRegion
+from riverbed.security.access import Access
+from riverbed.security.acl import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,8 @@ PartitionData = m.FetchResponse.PartitionData
 CONSUMER_REPLICA_ID = -1
 # The longest a fetch may park, whatever the client asks (Kafka bounds it by its request timeout).
 FETCH_MAX_WAIT_MS_MAX = 60_000
+# Partition results that let a fetch go on waiting for data.
+_WAITING_CODES = frozenset({ErrorCode.NONE, ErrorCode.TOPIC_AUTHORIZATION_FAILED})
 # Fetch session ids we hand out: none (see the module docstring).
 NO_SESSION_ID = 0
 ZERO_UUID = uuid.UUID(int=0)
@@ -67,7 +71,7 @@ class _PartitionRead:
 
 
 async def handle_fetch(
-    ctx: BrokerContext, request: m.FetchRequest, version: int
+    ctx: BrokerContext, request: m.FetchRequest, version: int, access: Access
 ) -> m.FetchResponse:
     if request.session_id != NO_SESSION_ID:
         return m.FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
@@ -75,21 +79,44 @@ async def handle_fetch(
     max_wait_ms = min(max(request.max_wait_ms, 0), FETCH_MAX_WAIT_MS_MAX)
     deadline = loop.time() + max_wait_ms / 1000
     replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
+    denied = _denied_topics(ctx, request, version, replica_id, access)
     while True:
-        reads = _read_all(ctx, request, version, replica_id)
+        reads = _read_all(ctx, request, version, replica_id, denied)
         await _read_remote(ctx, reads)
         size_bytes = sum(r.size_bytes for r in reads)
-        has_error = any(r.data.error_code != ErrorCode.NONE for r in reads)
+        # Like Kafka, the partitions the principal may not read do not end the long poll of the
+        # others (a consumer would spin on them), but a fetch of only those is answered at once.
+        has_error = any(r.data.error_code not in _WAITING_CODES for r in reads)
+        readable = any(r.data.error_code != ErrorCode.TOPIC_AUTHORIZATION_FAILED for r in reads)
         remaining_s = deadline - loop.time()
-        if size_bytes >= request.min_bytes or has_error or remaining_s <= 0 or not reads:
+        if size_bytes >= request.min_bytes or has_error or remaining_s <= 0 or not readable:
             _count_out(ctx.metrics, reads, FOLLOWER if replica_id >= 0 else CONSUMER)
             return _response(reads, version)
         _release(reads)
         await _wait_for_data(ctx, reads, remaining_s, follower=replica_id >= 0)
 
 
+def _denied_topics(
+    ctx: BrokerContext, request: m.FetchRequest, version: int, replica_id: int, access: Access
+) -> frozenset[str]:
+    """Topics the fetch may not read, checked once per request (not per long-poll round): a
+    follower needs CLUSTER_ACTION on the cluster for all of them, a consumer READ on each."""
+    if not access.enabled:
+        return frozenset()
+    names = [name for name, _ in (_resolve_topic(ctx, t, version) for t in request.topics) if name]
+    if replica_id >= 0:
+        return (
+            frozenset() if access.allows_cluster(AclOperation.CLUSTER_ACTION) else frozenset(names)
+        )
+    return access.denied(AclOperation.READ, ResourceType.TOPIC, names)
+
+
 def _read_all(
-    ctx: BrokerContext, request: m.FetchRequest, version: int, replica_id: int
+    ctx: BrokerContext,
+    request: m.FetchRequest,
+    version: int,
+    replica_id: int,
+    denied: frozenset[str],
 ) -> list[_PartitionRead]:
     """Read every requested partition once, within the request's byte budgets."""
     reads: list[_PartitionRead] = []
@@ -108,6 +135,9 @@ def _read_all(
             reads.append(read)
             if name is None:
                 data.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+                continue
+            if name in denied:
+                data.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 continue
             try:
                 result = _read_partition(
@@ -296,6 +326,8 @@ async def _wait_for_data(
     future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     parked = []
     for read in reads:
+        if read.data.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
+            continue  # its data is not for this fetch
         partition = ctx.partitions.get(read.topic, read.data.partition_index)
         if partition is not None:
             waiters = partition.end_waiters if follower else partition.data_waiters

@@ -12,19 +12,31 @@ from typing import Final
 from riverbed.hot.handlers.context import BrokerContext
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.security.access import Access
+from riverbed.security.acl import AUTHORIZATION_ERRORS, AclOperation, ResourceType
 
 Coordinator = m.FindCoordinatorResponse.Coordinator
 
 KEY_TYPE_GROUP: Final = 0
 KEY_TYPE_TRANSACTION: Final = 1
+_RESOURCES: Final = {
+    KEY_TYPE_GROUP: ResourceType.GROUP,
+    KEY_TYPE_TRANSACTION: ResourceType.TRANSACTIONAL_ID,
+}
 
 
 async def handle_find_coordinator(
-    ctx: BrokerContext, request: m.FindCoordinatorRequest, version: int, listener: str
+    ctx: BrokerContext,
+    request: m.FindCoordinatorRequest,
+    version: int,
+    access: Access,
+    listener: str,
 ) -> m.FindCoordinatorResponse:
-    """Coordinators are named by their address on `listener`, the one the request came in on."""
+    """Needs DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) or transactional id
+    (TRANSACTIONAL_ID_AUTHORIZATION_FAILED). Coordinators are named by their address on
+    `listener`, the one the request came in on."""
     keys = request.coordinator_keys if version >= 4 else [request.key]
-    found = [await _find(ctx, request.key_type, key, listener) for key in keys]
+    found = [await _find(ctx, request.key_type, key, access, listener) for key in keys]
     if version >= 4:
         return m.FindCoordinatorResponse(coordinators=found)
     (only,) = found
@@ -37,8 +49,11 @@ async def handle_find_coordinator(
     )
 
 
-async def _find(ctx: BrokerContext, key_type: int, key: str, listener: str) -> Coordinator:
+async def _find(
+    ctx: BrokerContext, key_type: int, key: str, access: Access, listener: str
+) -> Coordinator:
     try:
+        _check_describe(access, key_type, key)
         if key_type == KEY_TYPE_TRANSACTION:
             raise KafkaError(
                 ErrorCode.COORDINATOR_NOT_AVAILABLE, "Riverbed does not support transactions"
@@ -58,3 +73,10 @@ async def _find(ctx: BrokerContext, key_type: int, key: str, listener: str) -> C
         )
     host, port = endpoint
     return Coordinator(key=key, node_id=broker.broker_id, host=host, port=port, error_message=None)
+
+
+def _check_describe(access: Access, key_type: int, key: str) -> None:
+    resource = _RESOURCES.get(key_type)
+    if resource is not None and not access.allows(AclOperation.DESCRIBE, resource, key):
+        code = AUTHORIZATION_ERRORS[resource]
+        raise KafkaError(code, f"not authorized to describe {resource.kafka_name} {key!r}")

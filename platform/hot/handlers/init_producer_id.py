@@ -17,19 +17,28 @@ from riverbed.coordination.zk import ZkError
 from riverbed.hot.handlers.context import BrokerContext
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.security.access import Access
+from riverbed.security.acl import AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
 
 async def handle_init_producer_id(
-    ctx: BrokerContext, request: m.InitProducerIdRequest
+    ctx: BrokerContext, request: m.InitProducerIdRequest, access: Access
 ) -> m.InitProducerIdResponse:
+    """An idempotent producer needs IDEMPOTENT_WRITE on the cluster or (KIP-679) WRITE on some
+    topic: CLUSTER_AUTHORIZATION_FAILED otherwise."""
     if request.transactional_id is not None:
         log.info(
             "refused InitProducerId for transactional id %r: transactions are not supported",
             request.transactional_id,
         )
         return _error(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not (
+        access.allows_cluster(AclOperation.IDEMPOTENT_WRITE, log_denied=False)
+        or access.allows_any(AclOperation.WRITE, ResourceType.TOPIC)
+    ):
+        return _error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     try:
         producer_id, epoch = await ctx.producer_ids.init_producer(
             request.producer_id, request.producer_epoch

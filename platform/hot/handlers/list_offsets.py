@@ -8,6 +8,8 @@ from riverbed.hot.handlers.context import BrokerContext
 from riverbed.hot.partitions import Partition
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.security.access import Access
+from riverbed.security.acl import AclOperation, ResourceType
 
 TopicResponse = m.ListOffsetsResponse.ListOffsetsTopicResponse
 PartitionResponse = m.ListOffsetsResponse.ListOffsetsPartitionResponse
@@ -21,11 +23,26 @@ LATEST_TIERED_TIMESTAMP = -5
 
 
 async def handle_list_offsets(
-    ctx: BrokerContext, request: m.ListOffsetsRequest
+    ctx: BrokerContext, request: m.ListOffsetsRequest, access: Access
 ) -> m.ListOffsetsResponse:
+    """Topics the principal may not DESCRIBE get TOPIC_AUTHORIZATION_FAILED."""
+    denied = access.denied(
+        AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in request.topics)
+    )
     topics = []
     for topic in request.topics:
-        partitions = [await _list_partition(ctx, topic.name, wanted) for wanted in topic.partitions]
+        if topic.name in denied:
+            partitions = [
+                PartitionResponse(
+                    partition_index=wanted.partition_index,
+                    error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                    timestamp=-1,
+                    offset=-1,
+                )
+                for wanted in topic.partitions
+            ]
+        else:
+            partitions = [await _list_partition(ctx, topic.name, p) for p in topic.partitions]
         topics.append(TopicResponse(name=topic.name, partitions=partitions))
     return m.ListOffsetsResponse(topics=topics)
 

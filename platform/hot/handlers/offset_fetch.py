@@ -12,13 +12,21 @@ from typing import Final, TypeVar
 
 from riverbed.groups.log_store import NO_LEADER_EPOCH, CommittedOffset
 from riverbed.hot.handlers.context import BrokerContext
+from riverbed.hot.handlers.groups import check_group
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.record_types import TopicPartition
+from riverbed.security.access import Access
+from riverbed.security.acl import AclOperation, ResourceType
 
 Response = m.OffsetFetchResponse
 NO_OFFSET: Final = -1
 NO_METADATA: Final = ""
+# Stands for the offset of a partition the principal may not DESCRIBE (Kafka's
+# OffsetFetchResponse.UNAUTHORIZED_PARTITION): -1 with TOPIC_AUTHORIZATION_FAILED.
+UNAUTHORIZED: Final = CommittedOffset(
+    offset=NO_OFFSET, leader_epoch=NO_LEADER_EPOCH, metadata=NO_METADATA, commit_timestamp_ms=-1
+)
 
 TopicT = TypeVar("TopicT")
 PartitionT = TypeVar("PartitionT")
@@ -27,14 +35,17 @@ Wanted = list[tuple[str, list[int]]] | None
 
 
 async def handle_offset_fetch(
-    ctx: BrokerContext, request: m.OffsetFetchRequest, version: int
+    ctx: BrokerContext, request: m.OffsetFetchRequest, version: int, access: Access
 ) -> m.OffsetFetchResponse:
+    """Needs DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) and on each topic: a topic
+    asked for by name that the principal may not DESCRIBE answers offset -1 with
+    TOPIC_AUTHORIZATION_FAILED; asking for all (null topics) leaves such topics out."""
     if version >= 8:
-        return Response(groups=[_fetch_group(ctx, group) for group in request.groups])
+        return Response(groups=[_fetch_group(ctx, group, access) for group in request.groups])
     topics = request.topics
     wanted = None if topics is None else [(t.name, t.partition_indexes) for t in topics]
     try:
-        offsets = ctx.groups.fetch_offsets(request.group_id, _partitions(wanted))
+        offsets = _fetch(ctx, access, request.group_id, wanted)
     except KafkaError as error:
         if version >= 2:
             return Response(error_code=error.code)
@@ -56,12 +67,12 @@ async def handle_offset_fetch(
 
 
 def _fetch_group(
-    ctx: BrokerContext, group: m.OffsetFetchRequest.OffsetFetchRequestGroup
+    ctx: BrokerContext, group: m.OffsetFetchRequest.OffsetFetchRequestGroup, access: Access
 ) -> Response.OffsetFetchResponseGroup:
     topics = group.topics
     wanted = None if topics is None else [(t.name, t.partition_indexes) for t in topics]
     try:
-        offsets = ctx.groups.fetch_offsets(group.group_id, _partitions(wanted))
+        offsets = _fetch(ctx, access, group.group_id, wanted)
     except KafkaError as error:
         return Response.OffsetFetchResponseGroup(group_id=group.group_id, error_code=error.code)
     return Response.OffsetFetchResponseGroup(
@@ -70,6 +81,29 @@ def _fetch_group(
             offsets, Response.OffsetFetchResponseTopics, Response.OffsetFetchResponsePartitions
         ),
     )
+
+
+def _fetch(
+    ctx: BrokerContext, access: Access, group_id: str, wanted: Wanted
+) -> dict[TopicPartition, CommittedOffset | None]:
+    """The group's offsets of the partitions `wanted` the principal may see; an unauthorized
+    partition asked for by name maps to UNAUTHORIZED."""
+    check_group(access, AclOperation.DESCRIBE, group_id)
+    if not access.enabled:
+        return ctx.groups.fetch_offsets(group_id, _partitions(wanted))
+    if wanted is None:
+        offsets = ctx.groups.fetch_offsets(group_id, None)
+        hidden = access.denied(
+            AclOperation.DESCRIBE, ResourceType.TOPIC, {tp.topic for tp in offsets}
+        )
+        return {tp: offset for tp, offset in offsets.items() if tp.topic not in hidden}
+    denied = access.denied(AclOperation.DESCRIBE, ResourceType.TOPIC, (n for n, _ in wanted))
+    allowed = [(name, indexes) for name, indexes in wanted if name not in denied]
+    fetched = ctx.groups.fetch_offsets(group_id, _partitions(allowed)) if allowed else {}
+    return {
+        tp: UNAUTHORIZED if tp.topic in denied else fetched.get(tp)
+        for tp in _partitions(wanted) or []
+    }
 
 
 def _partitions(wanted: Wanted) -> list[TopicPartition] | None:
@@ -87,15 +121,15 @@ def _topics(
     """The response's topics (v0-7 and v8 have twin structs under different names)."""
     by_topic: dict[str, list[PartitionT]] = {}
     for tp, committed in offsets.items():
+        unauthorized = committed is UNAUTHORIZED
+        found = None if unauthorized else committed
         by_topic.setdefault(tp.topic, []).append(
             make_partition(
                 partition_index=tp.partition,
-                committed_offset=NO_OFFSET if committed is None else committed.offset,
-                committed_leader_epoch=(
-                    NO_LEADER_EPOCH if committed is None else committed.leader_epoch
-                ),
-                metadata=NO_METADATA if committed is None else committed.metadata,
-                error_code=error_code,
+                committed_offset=NO_OFFSET if found is None else found.offset,
+                committed_leader_epoch=NO_LEADER_EPOCH if found is None else found.leader_epoch,
+                metadata=NO_METADATA if found is None else found.metadata,
+                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED if unauthorized else error_code,
             )
         )
     return [make_topic(name=name, partitions=partitions) for name, partitions in by_topic.items()]

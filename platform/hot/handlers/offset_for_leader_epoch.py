@@ -9,19 +9,34 @@ from __future__ import annotations
 
 from riverbed.hot.handlers.context import BrokerContext
 from riverbed.protocol import messages as m
-from riverbed.protocol.errors import KafkaError
+from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.security.access import Access
+from riverbed.security.acl import AclOperation, ResourceType
 
 TopicResult = m.OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
 EpochEndOffset = m.OffsetForLeaderEpochResponse.EpochEndOffset
 
 
 async def handle_offset_for_leader_epoch(
-    ctx: BrokerContext, request: m.OffsetForLeaderEpochRequest
+    ctx: BrokerContext, request: m.OffsetForLeaderEpochRequest, access: Access
 ) -> m.OffsetForLeaderEpochResponse:
+    """Followers need CLUSTER_ACTION on the cluster, consumers DESCRIBE on each topic
+    (TOPIC_AUTHORIZATION_FAILED), as in Kafka."""
+    denied: frozenset[str] = frozenset()
+    if not access.allows_cluster(AclOperation.CLUSTER_ACTION, log_denied=False):
+        names = (topic.topic for topic in request.topics)
+        denied = access.denied(AclOperation.DESCRIBE, ResourceType.TOPIC, names)
     topics = [
         TopicResult(
             topic=topic.topic,
-            partitions=[_end_offset(ctx, topic.topic, wanted) for wanted in topic.partitions],
+            partitions=[
+                EpochEndOffset(
+                    error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, partition=wanted.partition
+                )
+                if topic.topic in denied
+                else _end_offset(ctx, topic.topic, wanted)
+                for wanted in topic.partitions
+            ],
         )
         for topic in request.topics
     ]

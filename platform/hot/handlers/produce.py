@@ -25,6 +25,8 @@ from riverbed.log_events import event
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.records import validate_records
+from riverbed.security.access import Access
+from riverbed.security.acl import AclOperation, ResourceType
 
 TopicResponse = m.ProduceResponse.TopicProduceResponse
 PartitionResponse = m.ProduceResponse.PartitionProduceResponse
@@ -60,16 +62,24 @@ class _Pending:
 
 
 async def handle_produce(
-    ctx: BrokerContext, request: m.ProduceRequest
+    ctx: BrokerContext, request: m.ProduceRequest, access: Access
 ) -> m.ProduceResponse | Coroutine[Any, Any, m.ProduceResponse] | None:
     """Append every partition's batches now (in request order: nothing awaits before the
     appends). The response, or — for acks=all appends still waiting for their followers — a
-    coroutine that completes it, so the connection can go on to its next request meanwhile."""
+    coroutine that completes it, so the connection can go on to its next request meanwhile.
+    Topics the principal may not WRITE get TOPIC_AUTHORIZATION_FAILED (checked once per topic),
+    every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED if it may not WRITE the request's
+    transactional id, as in Kafka."""
     responses = []
     pending: list[_Pending] = []
+    denied = _denied_topics(request, access)
     for topic in request.topic_data:
         partition_responses = []
+        refused = denied.get(topic.name)
         for data in topic.partition_data:
+            if refused is not None:
+                partition_responses.append(_error_response(data.index, refused))
+                continue
             response, appended = _produce_partition(
                 ctx, request.acks, topic.name, data.index, data.records
             )
@@ -87,6 +97,26 @@ async def handle_produce(
         timeout_ms = min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX)
         return _respond_when_committed(ctx, produce_response, pending, timeout_ms)
     return produce_response
+
+
+def _denied_topics(request: m.ProduceRequest, access: Access) -> dict[str, KafkaError]:
+    """The error of each topic of `request` the principal may not produce to."""
+    if not access.enabled:
+        return {}
+    names = [topic.name for topic in request.topic_data]
+    transactional_id = request.transactional_id
+    if transactional_id is not None and not access.allows(
+        AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
+    ):
+        refused = KafkaError(
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            f"not authorized to write as transactional id {transactional_id!r}",
+        )
+        return dict.fromkeys(names, refused)
+    return {
+        name: KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"not authorized to write {name!r}")
+        for name in access.denied(AclOperation.WRITE, ResourceType.TOPIC, names)
+    }
 
 
 async def _respond_when_committed(

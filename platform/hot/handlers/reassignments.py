@@ -14,6 +14,8 @@ from riverbed.coordination.controller import Controller, Outcomes
 from riverbed.hot.handlers.context import BrokerContext
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.security.access import Access
+from riverbed.security.acl import AclOperation
 
 ReassignableTopicResponse = m.AlterPartitionReassignmentsResponse.ReassignableTopicResponse
 ReassignablePartitionResponse = m.AlterPartitionReassignmentsResponse.ReassignablePartitionResponse
@@ -27,22 +29,33 @@ UNCLEAN_ELECTION = 1
 
 
 async def handle_alter_partition_reassignments(
-    ctx: BrokerContext, request: m.AlterPartitionReassignmentsRequest
+    ctx: BrokerContext, request: m.AlterPartitionReassignmentsRequest, access: Access
 ) -> m.AlterPartitionReassignmentsResponse:
+    """Needs ALTER on the cluster (checked before NOT_CONTROLLER, as Kafka does)."""
     moves: dict[tuple[str, int], Sequence[int] | None] = {
         (topic.name, partition.partition_index): partition.replicas
         for topic in request.topics
         for partition in topic.partitions
     }
+    refusal = _cluster_refusal(access, AclOperation.ALTER)
+    if refusal is not None:
+        # Kafka's error response names every partition with the error too.
+        return _reassignment_response(request, dict.fromkeys(moves, refusal), refusal)
     try:
         outcomes = await _controller(ctx).alter_reassignments(moves)
     except KafkaError as error:
         return m.AlterPartitionReassignmentsResponse(
             error_code=error.code, error_message=_message(error)
         )
+    return _reassignment_response(request, outcomes, None)
+
+
+def _reassignment_response(
+    request: m.AlterPartitionReassignmentsRequest, outcomes: Outcomes, error: KafkaError | None
+) -> m.AlterPartitionReassignmentsResponse:
     return m.AlterPartitionReassignmentsResponse(
-        error_code=ErrorCode.NONE,
-        error_message=None,
+        error_code=_code(error),
+        error_message=_message(error),
         responses=[
             ReassignableTopicResponse(
                 name=topic.name,
@@ -61,8 +74,14 @@ async def handle_alter_partition_reassignments(
 
 
 async def handle_list_partition_reassignments(
-    ctx: BrokerContext, request: m.ListPartitionReassignmentsRequest
+    ctx: BrokerContext, request: m.ListPartitionReassignmentsRequest, access: Access
 ) -> m.ListPartitionReassignmentsResponse:
+    """Needs DESCRIBE on the cluster."""
+    refusal = _cluster_refusal(access, AclOperation.DESCRIBE)
+    if refusal is not None:
+        return m.ListPartitionReassignmentsResponse(
+            error_code=refusal.code, error_message=_message(refusal)
+        )
     wanted = (
         None
         if request.topics is None
@@ -89,14 +108,18 @@ async def handle_list_partition_reassignments(
 
 
 async def handle_elect_leaders(
-    ctx: BrokerContext, request: m.ElectLeadersRequest
+    ctx: BrokerContext, request: m.ElectLeadersRequest, access: Access
 ) -> m.ElectLeadersResponse:
+    """Needs ALTER on the cluster (checked before NOT_CONTROLLER, as Kafka does)."""
     partitions = (
         None
         if request.topic_partitions is None
         else {(t.topic, index) for t in request.topic_partitions for index in t.partition_id}
     )
     try:
+        refusal = _cluster_refusal(access, AclOperation.ALTER)
+        if refusal is not None:
+            raise refusal
         if request.election_type not in (PREFERRED_ELECTION, UNCLEAN_ELECTION):
             raise KafkaError(
                 ErrorCode.INVALID_REQUEST, f"unknown election type {request.election_type}"
@@ -127,6 +150,12 @@ def _election_results(outcomes: Outcomes) -> list[ReplicaElectionResult]:
         ReplicaElectionResult(topic=topic, partition_result=results)
         for topic, results in by_topic.items()
     ]
+
+
+def _cluster_refusal(access: Access, operation: AclOperation) -> KafkaError | None:
+    if access.allows_cluster(operation):
+        return None
+    return KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
 
 
 def _controller(ctx: BrokerContext) -> Controller:
