@@ -852,6 +852,10 @@ class Consumer(AsyncClient):
             leader = pool.cluster.leader_for(tp)
             if leader is not None:
                 grouped.setdefault(leader, {})[tp] = timestamp
+                continue
+            error = pool.partition_error(tp)
+            if not isinstance(error, RetriableError):
+                raise error  # e.g. TOPIC_AUTHORIZATION_FAILED: no retry will change it
         return grouped
 
     async def _list_offsets_from(
