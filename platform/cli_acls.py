@@ -29,12 +29,13 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final, Protocol
 
 from riverbed.cli_render import plain_table
 from riverbed.client.admin import Admin
-from riverbed.coordination.zk import AsyncZooKeeper
+from riverbed.coordination.zk import AsyncZooKeeper, digest_from_environment
 from riverbed.security.acl import (
     CLUSTER_NAME,
     WILDCARD_HOST,
@@ -177,7 +178,11 @@ async def _backend(args: argparse.Namespace) -> AsyncIterator[AclBackend]:
         async with Admin(bootstrap_servers=args.bootstrap_server) as admin:
             yield _Brokers(admin)
         return
-    zk = AsyncZooKeeper(args.zookeeper, connect_timeout_ms=ZOOKEEPER_TIMEOUT_MS)
+    zk = AsyncZooKeeper(
+        args.zookeeper,
+        connect_timeout_ms=ZOOKEEPER_TIMEOUT_MS,
+        digest=digest_from_environment(os.environ),
+    )
     async with zk:
         cache = AclCache(zk)
         await cache.start()

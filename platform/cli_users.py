@@ -20,13 +20,14 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from riverbed.cli_render import plain_table
-from riverbed.coordination.zk import AsyncZooKeeper
+from riverbed.coordination.zk import AsyncZooKeeper, digest_from_environment
 from riverbed.security.credentials import (
     delete_scram_credentials,
     list_users,
@@ -165,7 +166,11 @@ def _with_zookeeper(
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)
 
     async def run() -> T:
-        zk = AsyncZooKeeper(args.zookeeper, connect_timeout_ms=args.zookeeper_timeout_ms)
+        zk = AsyncZooKeeper(
+            args.zookeeper,
+            connect_timeout_ms=args.zookeeper_timeout_ms,
+            digest=digest_from_environment(os.environ),
+        )
         async with zk:
             return await action(zk)
 

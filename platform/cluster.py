@@ -43,7 +43,7 @@ from riverbed.client.admin import Admin
 from riverbed.client.connection import BrokerConnection
 from riverbed.configs import BrokerConfig
 from riverbed.coordination.embedded_zk import EmbeddedZooKeeper, die_with_parent
-from riverbed.coordination.zk import AsyncZooKeeper, ZkConnectionError, ZkError
+from riverbed.coordination.zk import AsyncZooKeeper, ZkConnectionError, ZkDigest, ZkError
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import KafkaError
 
@@ -299,7 +299,9 @@ class _Supervisor:
         # A bad --set is one error now rather than N brokers failing to start.
         config = BrokerConfig.from_mapping(self._broker_settings(1, zookeeper_connect))
         if embedded is None:
-            await _check_zookeeper(zookeeper_connect, config.zookeeper_connect_timeout_ms)
+            await _check_zookeeper(
+                zookeeper_connect, config.zookeeper_connect_timeout_ms, config.zookeeper_digest
+            )
         else:
             # Blocking, on the main thread on purpose: the server's death signal follows the
             # thread that started it. A signal meanwhile is handled once this returns.
@@ -414,10 +416,11 @@ class _Supervisor:
         return all(stopped)
 
 
-async def _check_zookeeper(connect: str, timeout_ms: int) -> None:
-    """Connect once (creating the chroot if missing), so that a wrong address is one error now."""
+async def _check_zookeeper(connect: str, timeout_ms: int, digest: ZkDigest | None) -> None:
+    """Connect once (creating the chroot if missing, with the brokers' ACL if they set one), so
+    that a wrong address is one error now."""
     try:
-        zookeeper = AsyncZooKeeper(connect, connect_timeout_ms=timeout_ms)
+        zookeeper = AsyncZooKeeper(connect, connect_timeout_ms=timeout_ms, digest=digest)
         await zookeeper.start()
     except ZkConnectionError as error:  # its message names the address and the timeout
         raise ClusterError(str(error)) from None

@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Self, TypeVar
+from typing import TYPE_CHECKING, Final, Self, TypeVar
 
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.security.acl import InvalidAclError, parse_super_users
@@ -28,6 +28,9 @@ from riverbed.security.limits import ConnectionLimits
 from riverbed.security.listeners import ListenerError, ListenerSet, listener_set
 from riverbed.security.sasl_server import SUPPORTED_MECHANISMS, mechanisms_error
 from riverbed.security.tls import TlsFiles
+
+if TYPE_CHECKING:
+    from riverbed.coordination.zk import ZkDigest
 
 log = logging.getLogger(__name__)
 
@@ -347,6 +350,12 @@ BROKER_ONLY_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
               Validator(lambda v: isinstance(v, tuple) and bool(v), "a list of directories")),
     ConfigDef("zookeeper.connect", _T.STRING, None, "host:port[,host:port][/chroot] of ZooKeeper",
               Validator(lambda v: isinstance(v, str) and bool(v), "host:port[/chroot]")),
+    ConfigDef("zookeeper.set.acl", _T.BOOLEAN, False, "znodes the broker creates are readable "
+              "and writable only with zookeeper.auth.digest's credentials"),
+    ConfigDef("zookeeper.auth.digest", _T.STRING, None, "user:password of ZooKeeper's digest "
+              "scheme, sent when the broker connects", Validator(
+                  lambda v: isinstance(v, str) and ":" in v and v.index(":") > 0
+                  and not v.endswith(":"), "user:password"), sensitive=True),
     ConfigDef("zookeeper.session.timeout.ms", _T.INT, 18000, "ZooKeeper session timeout",
               at_least(1)),
     ConfigDef("zookeeper.connection.timeout.ms", _T.INT, None, "how long to wait for ZooKeeper "
@@ -595,6 +604,8 @@ class BrokerConfig:
     connections_max_idle_ms: int
     log_dirs: tuple[str, ...]
     zookeeper_connect: str
+    zookeeper_set_acl: bool
+    zookeeper_auth_digest: str | None
     zookeeper_session_timeout_ms: int
     zookeeper_connection_timeout_ms: int | None
     auto_create_topics_enable: bool
@@ -682,7 +693,14 @@ class BrokerConfig:
         return value
 
     def check_security(self) -> None:
-        """The listener and SASL settings taken together; a ConfigError names the key."""
+        """The listener, SASL and ZooKeeper settings taken together; a ConfigError names the
+        key."""
+        if self.zookeeper_set_acl and self.zookeeper_auth_digest is None:
+            raise ConfigError(
+                "zookeeper.set.acl",
+                "zookeeper.set.acl=true needs zookeeper.auth.digest (user:password): the "
+                "broker could not read back what it creates",
+            )
         listeners = self.listener_set
         inter_broker = next(b for b in listeners.bound if b.name == listeners.inter_broker)
         if inter_broker.protocol.uses_sasl:
@@ -694,6 +712,15 @@ class BrokerConfig:
                     f"{self.sasl_mechanism_inter_broker_protocol} is not in "
                     f"sasl.enabled.mechanisms ({', '.join(self.sasl_enabled_mechanisms)})",
                 )
+
+    @property
+    def zookeeper_digest(self) -> ZkDigest | None:
+        """The broker's ZooKeeper credentials, if any (zookeeper.auth.digest)."""
+        from riverbed.coordination.zk import ZkDigest  # kazoo: only for what talks to ZooKeeper
+
+        if self.zookeeper_auth_digest is None:
+            return None
+        return ZkDigest.parse(self.zookeeper_auth_digest, set_acl=self.zookeeper_set_acl)
 
     @property
     def listener_set(self) -> ListenerSet:

@@ -44,6 +44,9 @@ locals {
       log_dir            = local.broker_log_dir
       zookeeper_connect  = local.zookeeper_connect
       num_partitions     = var.num_partitions
+      # In the instance's user data, readable to principals allowed
+      # ec2:DescribeInstanceAttribute in this account (docs/terraform.md).
+      zookeeper_digest_password = var.zookeeper_digest_password
       auto_create_topics = var.auto_create_topics
       cold_tier_url      = local.cold_tier_url
       region             = var.region

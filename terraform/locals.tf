@@ -21,7 +21,7 @@ locals {
   broker_ips = [
     for i in range(var.broker_count) : cidrhost(local.private_subnet_cidrs[i % var.az_count], 20 + floor(i / var.az_count))
   ]
-  zookeeper_connect = join(",", [for ip in local.zookeeper_ips : "${ip}:${local.zookeeper_client_port}"])
+  zookeeper_connect = "${join(",", [for ip in local.zookeeper_ips : "${ip}:${local.zookeeper_client_port}"])}${var.zookeeper_chroot}"
   bootstrap_servers = join(",", [for ip in local.broker_ips : "${ip}:${local.broker_port}"])
 
   broker_port           = 9092

@@ -281,3 +281,25 @@ variable "num_partitions" {
     error_message = "num_partitions must be a positive integer."
   }
 }
+
+variable "zookeeper_chroot" {
+  description = "ZooKeeper path under which Riverbed keeps its tree (the chroot of zookeeper.connect), so the ensemble can serve other systems without their trees meeting."
+  type        = string
+  default     = "/riverbed"
+
+  validation {
+    condition     = can(regex("^(/[A-Za-z0-9._-]+)+$", var.zookeeper_chroot))
+    error_message = "zookeeper_chroot must be an absolute ZooKeeper path such as /riverbed."
+  }
+}
+
+variable "zookeeper_digest_password" {
+  description = "Password of the ZooKeeper digest user `riverbed`: every znode the brokers create is readable and writable with it only (zookeeper.set.acl). Generate one, e.g. `openssl rand -base64 32`."
+  type        = string
+  sensitive   = true
+
+  validation {
+    condition     = can(regex("^\\S{16,}$", var.zookeeper_digest_password))
+    error_message = "zookeeper_digest_password must be at least 16 characters, without spaces."
+  }
+}

@@ -27,7 +27,7 @@ import concurrent.futures
 import contextlib
 import enum
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -36,6 +36,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry
+from kazoo.security import make_digest_acl
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +85,17 @@ class ZkConnectionError(ZkError):
     """Not connected: the connection was lost, the session expired, or the client is closed."""
 
 
+class NoAuthError(ZkError):
+    """The znode's ACL does not allow this session (no or other digest credentials)."""
+
+
 _TRANSLATIONS: Final[tuple[tuple[type[Exception], type[ZkError]], ...]] = (
     (kazoo_errors.NoNodeError, NoNodeError),
     (kazoo_errors.NodeExistsError, NodeExistsError),
     (kazoo_errors.BadVersionError, BadVersionError),
     (kazoo_errors.NotEmptyError, NotEmptyError),
+    (kazoo_errors.NoAuthError, NoAuthError),
+    (kazoo_errors.AuthFailedError, NoAuthError),
     (kazoo_errors.ConnectionLoss, ZkConnectionError),
     (kazoo_errors.SessionExpiredError, ZkConnectionError),
     (kazoo_errors.ConnectionClosedError, ZkConnectionError),
@@ -194,6 +201,51 @@ def split_chroot(hosts: str) -> tuple[str, str]:
     return hosts[:slash], chroot
 
 
+@dataclass(frozen=True, slots=True)
+class ZkDigest:
+    """Credentials of ZooKeeper's `digest` scheme (zkCli's `addauth digest user:password`).
+
+    The session always authenticates with them. With `set_acl`, every znode it creates (and a
+    chroot it creates) gets the ACL `digest:user:<base64 SHA-1 of user:password>` with every
+    permission and nothing for anyone else: only sessions with the same credentials can read or
+    change it. The password itself is not stored in ZooKeeper."""
+
+    username: str
+    password: str
+    set_acl: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.username or ":" in self.username or not self.password:
+            raise ValueError("ZooKeeper digest credentials are written user:password")
+
+    def __repr__(self) -> str:  # never log the password
+        return f"ZkDigest(username={self.username!r}, set_acl={self.set_acl})"
+
+    @classmethod
+    def parse(cls, text: str, *, set_acl: bool = False) -> ZkDigest:
+        username, _, password = text.partition(":")
+        return cls(username, password, set_acl)
+
+
+# What the command-line tools that talk to ZooKeeper directly (riverbed users, riverbed acls
+# --zookeeper, riverbed cluster up) read their credentials from: the variables that set the
+# broker's zookeeper.auth.digest and zookeeper.set.acl (riverbed.env_config's convention).
+DIGEST_ENV: Final = "RIVERBED_ZOOKEEPER_AUTH_DIGEST"
+SET_ACL_ENV: Final = "RIVERBED_ZOOKEEPER_SET_ACL"
+
+
+def digest_from_environment(environ: Mapping[str, str]) -> ZkDigest | None:
+    """The tools' ZooKeeper credentials: RIVERBED_ZOOKEEPER_AUTH_DIGEST=user:password, with
+    RIVERBED_ZOOKEEPER_SET_ACL=true to protect what they create; None without them."""
+    text = environ.get(DIGEST_ENV)
+    if not text:
+        return None
+    set_acl = environ.get(SET_ACL_ENV, "false").strip().lower()
+    if set_acl not in ("true", "false"):
+        raise ValueError(f"{SET_ACL_ENV} must be true or false, got {set_acl!r}")
+    return ZkDigest.parse(text, set_acl=set_acl == "true")
+
+
 class AsyncZooKeeper:
     """One ZooKeeper session. Connect string `host:port[,host:port...][/chroot]`."""
 
@@ -202,8 +254,10 @@ class AsyncZooKeeper:
         hosts: str,
         session_timeout_ms: int = SESSION_TIMEOUT_MS,
         connect_timeout_ms: int = CONNECT_TIMEOUT_MS,
+        digest: ZkDigest | None = None,
     ) -> None:
         self.hosts = hosts
+        self.digest = digest
         self.servers, self.chroot = split_chroot(hosts)
         self.session_timeout_ms = session_timeout_ms
         self.connect_timeout_ms = connect_timeout_ms
@@ -387,11 +441,18 @@ class AsyncZooKeeper:
         return self._client
 
     def _new_client(self, hosts: str) -> Any:
+        digest = self.digest
+        auth: dict[str, Any] = {}
+        if digest is not None:
+            auth["auth_data"] = [("digest", f"{digest.username}:{digest.password}")]
+            if digest.set_acl:
+                auth["default_acl"] = [make_digest_acl(digest.username, digest.password, all=True)]
         return KazooClient(
             hosts=hosts,
             timeout=self.session_timeout_ms / 1000,
             connection_retry=KazooRetry(max_tries=-1, max_delay=RECONNECT_DELAY_MS_MAX / 1000),
             command_retry=KazooRetry(max_tries=3, max_delay=RECONNECT_DELAY_MS_MAX / 1000),
+            **auth,
         )
 
     def _ensure_chroot_blocking(self) -> None:

@@ -82,6 +82,7 @@ class Broker:
             config.zookeeper_connect,
             session_timeout_ms=config.zookeeper_session_timeout_ms,
             connect_timeout_ms=config.zookeeper_connect_timeout_ms,
+            digest=config.zookeeper_digest,
         )
         self._store = ClusterMetadataStore(self._zk)
         self._cache = MetadataCache()

@@ -66,7 +66,7 @@ def test_settings_come_from_riverbed_variables_only() -> None:
     ("variable", "suggestion"),
     [
         ("RIVERBED_LOG_RETENTON_MS", "RIVERBED_LOG_RETENTION_MS"),
-        ("RIVERBED_ZOOKEEPER", "RIVERBED_ZOOKEEPER_CONNECT"),
+        ("RIVERBED_ZOOKEEPER_CONECT", "RIVERBED_ZOOKEEPER_CONNECT"),
         ("RIVERBED_REMOTE_STORAGE_S3_ENDPIONT", "RIVERBED_REMOTE_STORAGE_S3_ENDPOINT"),
         ("RIVERBED_LOG_LEVELS", None),
     ],

@@ -413,6 +413,8 @@ BAD_VALUES: dict[str, list[Any]] = {
     ],
     "cold_tier_bucket_name": ["Bad_Bucket", "ab"],
     "cold_tier_prefix": ["", "/riverbed", "riverbed/", "a/../b", "a//b"],
+    "zookeeper_chroot": ["", "riverbed", "/", "/riverbed/", "/a//b"],
+    "zookeeper_digest_password": ["short", "sixteen but spaces!", ""],
     "abort_incomplete_multipart_days": [0, 31],
     "noncurrent_version_retention_days": [0, 366],
     "access_log_bucket": ["UPPER", "x"],
@@ -617,8 +619,9 @@ BROKER_VALUES: dict[str, Any] = {
     "broker_port": 9092,
     "advertised_host": "10.42.16.20",
     "log_dir": "/var/lib/riverbed/data",
-    "zookeeper_connect": ",".join(f"{ip}:2181" for ip in ZOOKEEPER_IPS),
+    "zookeeper_connect": ",".join(f"{ip}:2181" for ip in ZOOKEEPER_IPS) + "/riverbed",
     "num_partitions": 6,
+    "zookeeper_digest_password": "a-generated-password-of-32-chars",
     "auto_create_topics": False,
     "cold_tier_url": "s3://riverbed-cold-tier-20250101/riverbed",
     "region": "eu-west-1",
@@ -649,6 +652,9 @@ def test_broker_settings_are_riverbed_broker_settings(module: dict[str, dict[str
     assert config.offsets_topic_replication_factor == 3
     assert config.unclean_leader_election_enable is False
     assert config.zookeeper_connect.count(",") == 2
+    assert config.zookeeper_connect.endswith("/riverbed")  # the chroot
+    digest = config.zookeeper_digest
+    assert digest is not None and digest.set_acl and digest.username == "riverbed"
     assert config.advertised_host_port == ("10.42.16.20", 9092)
     assert config.port == 9092
     assert config.log_dirs == ("/var/lib/riverbed/data",)
