@@ -20,6 +20,7 @@ from pathlib import Path
 
 from riverbed import (
     cli_acls,
+    cli_client,
     cli_describe,
     cli_groups,
     cli_partitions,
@@ -30,7 +31,7 @@ from riverbed import (
 from riverbed.client.admin import Admin
 from riverbed.client.consumer import Consumer
 from riverbed.client.producer import Producer
-from riverbed.client.types import Record, TopicPartition
+from riverbed.client.types import Record
 from riverbed.cluster import (
     COLD_TIER_DIR,
     DEFAULT_PORT_BASE,
@@ -222,7 +223,7 @@ def _parser() -> argparse.ArgumentParser:
     delete.add_argument("name")
     delete.set_defaults(command=_topics_delete)
     for sub in (create, listing, describe, tier, truncate, alter, delete):
-        sub.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT")
+        cli_client.add_connection_flags(sub, DEFAULT_BOOTSTRAP)
 
     produce = commands.add_parser("produce", help="produce stdin's lines to a topic")
     produce.add_argument("topic")
@@ -244,7 +245,7 @@ def _parser() -> argparse.ArgumentParser:
     consume.add_argument("--format", choices=["text", "json"], default="text")
     consume.set_defaults(command=_consume)
     for sub in (produce, consume):
-        sub.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT")
+        cli_client.add_connection_flags(sub, DEFAULT_BOOTSTRAP)
 
     groups = cli_groups.add_parser(commands, DEFAULT_BOOTSTRAP)
     groups.set_defaults(command=_admin_action)
@@ -364,7 +365,7 @@ Press Ctrl-C to stop.
 
 def _admin_command(args: argparse.Namespace, action: Callable[[Admin], Awaitable[int]]) -> int:
     async def run() -> int:
-        async with Admin(bootstrap_servers=args.bootstrap_server) as admin:
+        async with Admin(**cli_client.client_settings(args)) as admin:
             return await action(admin)
 
     return asyncio.run(run())
@@ -431,7 +432,7 @@ def _produce(args: argparse.Namespace) -> int:
     async def run() -> int:
         count = 0
         async with Producer(
-            bootstrap_servers=args.bootstrap_server,
+            **cli_client.client_settings(args),
             acks=args.acks,
             compression_type=args.compression_type,
         ) as producer:
@@ -453,11 +454,12 @@ def _consume(args: argparse.Namespace) -> int:
     """Read every partition of the topic (no consumer group: partitions are assigned)."""
 
     async def run() -> int:
-        async with Admin(bootstrap_servers=args.bootstrap_server) as admin:
-            topic = await admin.describe_topic(args.topic)
-        partitions = [TopicPartition(args.topic, p.partition) for p in topic.partitions]
+        # Metadata only (not describe_topic, which reads configs too): a reader needs no more
+        # than READ and DESCRIBE on the topic.
+        async with Admin(**cli_client.client_settings(args)) as admin:
+            partitions = await admin.topic_partitions(args.topic)
         printed = 0
-        async with Consumer(bootstrap_servers=args.bootstrap_server) as consumer:
+        async with Consumer(**cli_client.client_settings(args)) as consumer:
             consumer.assign(partitions)
             if args.from_beginning:
                 await consumer.seek_to_beginning(*partitions)

@@ -33,6 +33,7 @@ import os
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final, Protocol
 
+from riverbed.cli_client import add_command_config, client_settings
 from riverbed.cli_render import plain_table
 from riverbed.client.admin import Admin
 from riverbed.coordination.zk import AsyncZooKeeper, digest_from_environment
@@ -72,6 +73,7 @@ def add_parser(commands: Any, bootstrap_default: str) -> argparse.ArgumentParser
         _resource_flags(sub, pattern_default)
         target = sub.add_mutually_exclusive_group()
         target.add_argument("--bootstrap-server", default=bootstrap_default, metavar="HOST:PORT")
+        add_command_config(sub)
         target.add_argument(
             "--zookeeper",
             metavar="HOST:PORT[/CHROOT]",
@@ -175,7 +177,7 @@ class _ZooKeeper:
 @contextlib.asynccontextmanager
 async def _backend(args: argparse.Namespace) -> AsyncIterator[AclBackend]:
     if args.zookeeper is None:
-        async with Admin(bootstrap_servers=args.bootstrap_server) as admin:
+        async with Admin(**client_settings(args)) as admin:
             yield _Brokers(admin)
         return
     zk = AsyncZooKeeper(

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from riverbed.cli_client import add_connection_flags
 from riverbed.cli_render import NONE_CELL, plain_table
 from riverbed.client.admin import (
     Admin,
@@ -101,7 +102,7 @@ def add_parser(commands: Any, bootstrap_default: str) -> argparse.ArgumentParser
     delete.set_defaults(admin_action=delete_group)
 
     for sub in (listing, describe, reset, delete):
-        sub.add_argument("--bootstrap-server", default=bootstrap_default, metavar="HOST:PORT")
+        add_connection_flags(sub, bootstrap_default)
     return groups
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from rich.progress import MofNCompleteColumn, TextColumn
+from riverbed.cli_client import add_connection_flags
 from riverbed.cli_render import progress_bar
 from riverbed.client.admin import Admin, ConfigSource, PartitionErrors
 from riverbed.client.types import TopicPartition
@@ -87,7 +88,7 @@ def add_parsers(commands: Any, bootstrap_default: str) -> list[argparse.Argument
     elect.set_defaults(admin_action=elect_leaders)
 
     for parser in (reassign, ongoing, elect):
-        parser.add_argument("--bootstrap-server", default=bootstrap_default, metavar="HOST:PORT")
+        add_connection_flags(parser, bootstrap_default)
     return [partitions, leaders]
 
 

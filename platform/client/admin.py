@@ -380,6 +380,14 @@ class Admin(AsyncClient):
         metadata = await self._metadata(None)
         return sorted(t.name for t in metadata.topics if t.name is not None)
 
+    async def topic_partitions(self, name: str) -> list[TopicPartition]:
+        """The topic's partitions, from Metadata alone (DESCRIBE on the topic is enough).
+        Raises the topic's error: UnknownTopicOrPartitionError, AuthorizationError, ..."""
+        metadata = await self._metadata([name])
+        topic = metadata.topics[0]
+        _raise_for(topic.error_code, f"topic {name!r}")
+        return sorted(TopicPartition(name, p.partition_index) for p in topic.partitions)
+
     async def describe_topic(self, name: str) -> TopicDescription:
         """The topic's id, partitions and effective configs."""
         metadata = await self._metadata([name])

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Final
 
 import confluent_kafka
@@ -237,6 +238,47 @@ async def test_users_see_exactly_what_their_acls_allow(
         "alice-topic": 2,  # the admin's record and alice's confluent-kafka record
         "bob-topic": 1,  # the admin's only
     }
+
+
+async def test_the_cli_manages_acls_and_reads_through_a_secured_listener(
+    broker_factory: BrokerFactory, pki: Pki, zk_connect: str, tmp_path: Path
+) -> None:
+    add_users(zk_connect, ADMIN, BOB, BROKER)
+    broker = secured_broker(broker_factory, pki)
+    bootstrap = broker.address("SASL_SSL")
+    await granted_cluster(pki, bootstrap)
+
+    def command_config(user: tuple[str, str]) -> str:
+        path = tmp_path / f"{user[0]}.properties"
+        path.write_text(
+            "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{user[0]}" password="{user[1]}";\n'
+            f"ssl.truststore.location={pki.ca}\nssl.truststore.type=PEM\n"
+        )
+        return str(path)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "riverbed.cli", *args], capture_output=True, text=True,
+            timeout=TIMEOUT_S * 2,
+        )  # fmt: skip
+
+    consume = ["consume", "bob-topic", "--from-beginning", "--max", "1",
+               "--bootstrap-server", bootstrap]  # fmt: skip
+    refused = cli(*consume, "--command-config", command_config(BOB))
+    assert refused.returncode == 1 and "TOPIC_AUTHORIZATION_FAILED" in refused.stderr
+    assert refused.stdout == ""
+    granted = cli("acls", "add", "--allow-principal", "User:bob", "--operation", "Read",
+                  "--operation", "Describe", "--topic", "bob-topic", "--bootstrap-server",
+                  bootstrap, "--command-config", command_config(ADMIN))  # fmt: skip
+    assert granted.returncode == 0, granted.stderr
+    listed = cli("acls", "list", "--topic", "bob-topic", "--json", "--bootstrap-server",
+                 bootstrap, "--command-config", command_config(ADMIN))  # fmt: skip
+    assert listed.returncode == 0 and "User:bob" in listed.stdout, listed.stderr
+    read = cli(*consume, "--command-config", command_config(BOB))
+    assert read.returncode == 0, read.stderr
+    assert "bob-topic-secret" in read.stdout
 
 
 async def test_replication_between_brokers_logged_in_as_a_super_user(

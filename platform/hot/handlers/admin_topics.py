@@ -44,7 +44,7 @@ async def handle_create_topics(
             topic_id = await _create_topic(ctx, topic, validate_only=request.validate_only)
         except KafkaError as error:
             result.error_code = error.code
-            result.error_message = str(error)
+            result.error_message = error.message or None
             continue
         result.topic_id = topic_id
         result.num_partitions = _partitions(ctx, topic)
@@ -149,7 +149,7 @@ async def handle_delete_topics(
             await ctx.store.delete_topic(metadata.name)
         except KafkaError as error:
             result.error_code = error.code
-            result.error_message = str(error)
+            result.error_message = error.message or None
             continue
         deleted.append(metadata.name)
     if deleted:

@@ -44,7 +44,7 @@ async def handle_describe_configs(
             access, AclOperation.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name
         )
         if refusal is not None:
-            result.error_code, result.error_message = refusal.code, str(refusal)
+            result.error_code, result.error_message = refusal.code, refusal.message or None
             continue
         values = _resource_configs(ctx, resource.resource_type, resource.resource_name, result)
         if values is None:

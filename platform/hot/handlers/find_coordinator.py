@@ -69,7 +69,12 @@ async def _find(
             )
     except KafkaError as error:
         return Coordinator(
-            key=key, node_id=-1, host="", port=-1, error_code=error.code, error_message=str(error)
+            key=key,
+            node_id=-1,
+            host="",
+            port=-1,
+            error_code=error.code,
+            error_message=error.message,
         )
     host, port = endpoint
     return Coordinator(key=key, node_id=broker.broker_id, host=host, port=port, error_message=None)

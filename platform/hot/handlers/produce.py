@@ -207,5 +207,5 @@ def _fail(item: _Pending, error: KafkaError) -> None:
 
 def _error_response(index: int, error: KafkaError) -> PartitionResponse:
     return PartitionResponse(
-        index=index, error_code=error.code, base_offset=-1, error_message=str(error)
+        index=index, error_code=error.code, base_offset=-1, error_message=error.message or None
     )
