@@ -330,6 +330,7 @@ class Broker:
                 quotas,
                 ssl_context=ssl_contexts.get(listener.name),
                 authenticators=authenticators if listener.protocol.uses_sasl else None,
+                response_sent=dispatcher.response_sent,
             )
             for listener in config.listener_set.bound
         ]

@@ -28,6 +28,7 @@ import dataclasses
 import logging
 import os
 import ssl
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -92,6 +93,20 @@ class Deferred:
     completion: Coroutine[Any, Any, Response]
 
 
+# (request type name, seconds from its arrival to its response's last byte written): how the
+# server reports each request's time (the dispatcher's `response_sent`).
+ResponseTimer = Callable[[str, float], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Owed:
+    """A deferred response still to write, and what its time is measured from."""
+
+    task: asyncio.Task[Response]
+    request_type: str
+    received_s: float
+
+
 # A fresh SASL authenticator per connection of a SASL listener.
 AuthenticatorFactory = Callable[[], SaslServerAuthenticator]
 # (header, body, session): the session names the connection's principal and the peer's IP address
@@ -117,12 +132,14 @@ class KafkaServer:
         *,
         ssl_context: ssl.SSLContext | None = None,
         authenticators: AuthenticatorFactory | None = None,
+        response_sent: ResponseTimer | None = None,
     ) -> None:
         if listener.protocol.uses_tls != (ssl_context is not None):
             raise ValueError(f"listener {listener.name} ({listener.protocol.value}): TLS mismatch")
         if listener.protocol.uses_sasl != (authenticators is not None):
             raise ValueError(f"listener {listener.name} ({listener.protocol.value}): SASL mismatch")
         self._authenticators = authenticators
+        self._response_sent = response_sent
         self.listener = listener
         self._host = listener.host
         self._port = listener.port
@@ -205,6 +222,20 @@ class KafkaServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
+    async def _write_owed(self, writer: asyncio.StreamWriter, owed: deque[_Owed]) -> None:
+        """Write every deferred response, in order, waiting for each to be complete."""
+        while owed:
+            await owed[0].task
+            await self._write_owed_one(writer, owed.popleft())
+
+    async def _write_owed_one(self, writer: asyncio.StreamWriter, owed: _Owed) -> None:
+        await _write_response(writer, owed.task.result())
+        self._timed(owed.request_type, owed.received_s)
+
+    def _timed(self, request_type: str, received_s: float) -> None:
+        if self._response_sent is not None:
+            self._response_sent(request_type, time.perf_counter() - received_s)
+
     def _log_refusal(self, peer: object, session: Session, reason: str) -> None:
         log_event(
             log,
@@ -232,7 +263,7 @@ class KafkaServer:
             # Kafka's sasl.server.max.receive.size: small frames until the client is known.
             connection.limit_frame_bytes(SASL_RECEIVE_BYTES_MAX)
         peer = writer.get_extra_info("peername")
-        owed: deque[asyncio.Task[Response]] = deque()  # deferred responses, in request order
+        owed: deque[_Owed] = deque()  # deferred responses, in request order
         reading: asyncio.Task[bytes] | None = None
         loop = asyncio.get_running_loop()
         authenticated = False
@@ -248,7 +279,7 @@ class KafkaServer:
                         reading = asyncio.create_task(reader.read(READ_CHUNK_BYTES))
                     waits: set[asyncio.Future[Any]] = {reading}
                     if owed:
-                        waits.add(owed[0])
+                        waits.add(owed[0].task)
                     # Idle means: nothing owed to the client and no complete request from it.
                     timeout_s = None if owed else last_activity_s + idle_s_max - loop.time()
                     done, _ = await asyncio.wait(
@@ -264,8 +295,8 @@ class KafkaServer:
                             idle_ms=self._limits.idle_ms_max,
                         )
                         break
-                    while owed and owed[0].done():
-                        await _write_response(writer, owed.popleft().result())
+                    while owed and owed[0].task.done():
+                        await self._write_owed_one(writer, owed.popleft())
                         last_activity_s = loop.time()
                     if reading.done():
                         data, reading = reading.result(), None
@@ -277,7 +308,7 @@ class KafkaServer:
                     if authenticator is not None and _sasl_gated(authenticator, event):
                         decision = await _decide(authenticator, event)
                         if not isinstance(decision, Allow):
-                            await _write_owed(writer, owed)
+                            await self._write_owed(writer, owed)
                             if isinstance(decision, Respond | RespondAndClose):
                                 await _write_response(
                                     writer, encode_response(event.header, decision.body)
@@ -292,16 +323,21 @@ class KafkaServer:
                                 )
                                 connection.limit_frame_bytes(self._limits.socket_request_max_bytes)
                             continue
+                    received_s = time.perf_counter()
+                    request_type = type(event.body).__name__
                     outcome = await self._handle_request(event.header, event.body, session)
                     if isinstance(outcome, Deferred):
-                        owed.append(asyncio.create_task(outcome.completion))
+                        task = asyncio.create_task(outcome.completion)
+                        owed.append(_Owed(task, request_type, received_s))
                         if len(owed) >= RESPONSES_OWED_MAX:
-                            await _write_response(writer, await owed.popleft())
+                            await owed[0].task
+                            await self._write_owed_one(writer, owed.popleft())
                     else:
-                        await _write_owed(writer, owed)  # earlier requests answer first
+                        await self._write_owed(writer, owed)  # earlier requests answer first
                         await _write_response(writer, outcome)
+                        self._timed(request_type, received_s)
                 elif isinstance(event, UnsupportedApiVersionsRequest):
-                    await _write_owed(writer, owed)
+                    await self._write_owed(writer, owed)
                     writer.write(
                         encode_unsupported_api_versions(
                             event.correlation_id, supported_api_versions()
@@ -319,18 +355,14 @@ class KafkaServer:
                     break
                 else:  # pragma: no cover - the protocol object returns only the events above
                     raise TypeError(f"unexpected protocol event {event!r}")
-            await _write_owed(writer, owed)  # answer what was accepted before the end
+            await self._write_owed(writer, owed)  # answer what was accepted before the end
         finally:
-            unfinished = [task for task in (reading, *owed) if task is not None]
+            unfinished: list[asyncio.Task[Any]] = [o.task for o in owed]
+            if reading is not None:
+                unfinished.append(reading)
             for task in unfinished:
                 task.cancel()
             await asyncio.gather(*unfinished, return_exceptions=True)
-
-
-async def _write_owed(writer: asyncio.StreamWriter, owed: deque[asyncio.Task[Response]]) -> None:
-    while owed:
-        await _write_response(writer, await owed[0])
-        owed.popleft()
 
 
 async def _write_response(writer: asyncio.StreamWriter, response: Response) -> None:

@@ -161,3 +161,56 @@ async def test_no_metrics_endpoint_unless_configured(broker_factory: BrokerFacto
     broker = broker_factory()
     with pytest.raises(LookupError):
         metrics_url(broker)
+
+
+async def test_request_time_includes_sending_the_response(broker_factory: BrokerFactory) -> None:
+    """A fetch whose reader does not read: the request is timed until its last byte is written
+    (Kafka's TotalTimeMs), not until its response is encoded."""
+    from riverbed.protocol import messages as m
+    from riverbed.protocol.connection import ClientConnection
+
+    broker = broker_factory({**WITH_METRICS, **SETTINGS})
+    producer = confluent_kafka.Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    value = b"x" * 100_000
+    for _ in range(240):  # 24 MB: more than the kernel's socket buffers hold
+        producer.produce("big", value, partition=0)
+    assert producer.flush(FLUSH_TIMEOUT_S) == 0
+    fetch = m.FetchRequest(
+        max_wait_ms=0,
+        min_bytes=1,
+        max_bytes=64 * 1024 * 1024,
+        topics=[
+            m.FetchRequest.FetchTopic(
+                topic="big",
+                partitions=[
+                    m.FetchRequest.FetchPartition(
+                        partition=0, fetch_offset=0, partition_max_bytes=64 * 1024 * 1024
+                    )
+                ],
+            )
+        ],
+    )
+    _, request = ClientConnection(client_id="slow-reader").send_request(fetch, 4)
+    slow_s = 2.0
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        sock.connect((HOST, broker.port))
+        sock.sendall(request)
+        time.sleep(slow_s)  # the broker's send stalls on the full buffers meanwhile
+        sock.settimeout(30)
+        received = 0
+        while received < len(value) * 240:
+            chunk = sock.recv(1 << 20)
+            assert chunk, "the broker closed the connection"
+            received += len(chunk)
+    deadline = time.monotonic() + 10
+    while True:  # the observation follows the last byte's write
+        metrics = scrape(broker)
+        try:
+            count = metrics.value("riverbed_request_duration_seconds_count", api="Fetch")
+            under = metrics.value("riverbed_request_duration_seconds_bucket", api="Fetch", le="1.0")
+            break
+        except KeyError:
+            assert time.monotonic() < deadline, "no Fetch was timed"
+        time.sleep(0.1)
+    assert count >= 1 and count - under >= 1, (count, under)
