@@ -47,7 +47,6 @@ JOB_TIMEOUT_S = 300
 KEYS = 30
 ROUNDS = 30
 DELETE_RETENTION_MS = 60_000
-NOW_MS = int(time.time() * 1000)
 TOPIC = "state"
 HOT_OVERWRITES = range(100, 110)
 TOPIC_CONFIGS = {
@@ -72,7 +71,11 @@ def records() -> list[Record]:
     """Overwritten keys with headers, old tombstones (past delete.retention.ms) for keys 0-5,
     more rounds of the others, keys written once (their only record stays in the cold tier),
     fresh tombstones for keys 6-8, more keys written once, so that all of the above is sealed
-    and tiered, and last new values for keys 100-109, which stay in the hot tier."""
+    and tiered, and last new values for keys 100-109, which stay in the hot tier.
+
+    Timestamps are taken when called, not when the module is imported: a full test run reaches
+    this test minutes after collection, past delete.retention.ms for "fresh" tombstones."""
+    now_ms = int(time.time() * 1000)
     out: list[Record] = []
 
     def add(
@@ -83,20 +86,20 @@ def records() -> list[Record]:
     for round_ in range(ROUNDS):
         for i in range(KEYS):
             value = b"round %03d of key %03d " % (round_, i) * 2
-            add(b"key-%03d" % i, value, NOW_MS + len(out), [("round", b"%d" % round_)])
+            add(b"key-%03d" % i, value, now_ms + len(out), [("round", b"%d" % round_)])
     for i in range(6):
-        add(b"key-%03d" % i, None, NOW_MS - 3 * DELETE_RETENTION_MS, [])
+        add(b"key-%03d" % i, None, now_ms - 3 * DELETE_RETENTION_MS, [])
     for round_ in range(ROUNDS, ROUNDS + 8):
         for i in range(6, KEYS):
-            add(b"key-%03d" % i, b"late %d" % round_, NOW_MS + len(out), [])
+            add(b"key-%03d" % i, b"late %d" % round_, now_ms + len(out), [])
     for i in range(100, 200):
-        add(b"key-%03d" % i, b"once %d" % i, NOW_MS + len(out), [("once", b"yes")])
+        add(b"key-%03d" % i, b"once %d" % i, now_ms + len(out), [("once", b"yes")])
     for i in range(6, 9):
-        add(b"key-%03d" % i, None, NOW_MS + len(out), [])
+        add(b"key-%03d" % i, None, now_ms + len(out), [])
     for i in range(200, 500):
-        add(b"key-%03d" % i, b"filler %d" % i * 4, NOW_MS + len(out), [])
+        add(b"key-%03d" % i, b"filler %d" % i * 4, now_ms + len(out), [])
     for i in HOT_OVERWRITES:  # last: in the active segment, they decide for cold records
-        add(b"key-%03d" % i, b"hot %d" % i, NOW_MS + len(out), [])
+        add(b"key-%03d" % i, b"hot %d" % i, now_ms + len(out), [])
     return out
 
 

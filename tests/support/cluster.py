@@ -41,9 +41,14 @@ from pathlib import Path
 from typing import Final, Protocol, TypeVar
 
 import pytest
-from riverbed.client.admin import Admin, PartitionDescription
+from riverbed.client.admin import Admin, PartitionDescription, TopicDescription
 from riverbed.cluster import metadata_broker_ids
-from riverbed.errors import BrokerNotAvailableError, KafkaTimeoutError, RetriableError
+from riverbed.errors import (
+    BrokerNotAvailableError,
+    KafkaTimeoutError,
+    RetriableError,
+    UnknownTopicOrPartitionError,
+)
 
 from tests.support.broker import READY_TIMEOUT_S, STOP_TIMEOUT_S, BrokerProcess, BrokerStartError
 
@@ -215,17 +220,31 @@ async def registered_brokers(address: str) -> frozenset[int]:
     return await metadata_broker_ids(host, int(port), POLL_REQUEST_TIMEOUT_MS)
 
 
+async def _describe_known(admin: Admin, topic: str) -> TopicDescription:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + POLL_REQUEST_TIMEOUT_MS / 1000
+    while True:
+        try:
+            return await admin.describe_topic(topic)
+        except UnknownTopicOrPartitionError:
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(POLL_INTERVAL_S)
+
+
 async def partition_state(
     bootstrap_or_admin: str | Admin, topic: str, partition: int
 ) -> PartitionDescription:
-    """The partition's leader, leader epoch, replicas and ISR, from a Metadata request."""
+    """The partition's leader, leader epoch, replicas and ISR, from a Metadata request. A topic
+    just created may not have reached the broker asked yet (as with Kafka, CreateTopics answers
+    once the controller has it): UNKNOWN_TOPIC_OR_PARTITION is retried for a while."""
     if isinstance(bootstrap_or_admin, Admin):
-        description = await bootstrap_or_admin.describe_topic(topic)
+        description = await _describe_known(bootstrap_or_admin, topic)
     else:
         async with Admin(
             bootstrap_servers=bootstrap_or_admin, request_timeout_ms=POLL_REQUEST_TIMEOUT_MS
         ) as admin:
-            description = await admin.describe_topic(topic)
+            description = await _describe_known(admin, topic)
     for state in description.partitions:
         if state.partition == partition:
             return state

@@ -37,7 +37,6 @@ ROUNDS = 40
 EXPIRED_KEYS = range(0, 8)  # deleted long ago: their tombstones are past delete.retention.ms
 RECENT_KEYS = range(8, 12)  # deleted just now: their tombstones stay
 DELETE_RETENTION_MS = 60_000
-NOW_MS = int(time.time() * 1000)
 COMPACTED_TIERED = {
     "cleanup.policy": "compact",
     "remote.storage.enable": "true",
@@ -99,16 +98,19 @@ async def fill(bootstrap: str, topic: str) -> Written:
             topic, partitions=1, replication_factor=1, configs=COMPACTED_TIERED
         )
     written = Written()
+    # Now, not at import: a full run reaches this minutes after collection (past
+    # delete.retention.ms for the "fresh" tombstones).
+    now_ms = int(time.time() * 1000)
     plan: list[tuple[bytes, bytes | None, int, tuple[tuple[str, bytes], ...]]] = []
     for round_ in range(ROUNDS):
         for i in range(KEYS):
-            plan.append((key_of(i), value_of(round_, i), NOW_MS, (("round", b"%d" % round_),)))
-    old = NOW_MS - 3 * DELETE_RETENTION_MS
+            plan.append((key_of(i), value_of(round_, i), now_ms, (("round", b"%d" % round_),)))
+    old = now_ms - 3 * DELETE_RETENTION_MS
     plan += [(key_of(i), None, old, ()) for i in EXPIRED_KEYS]
     for round_ in range(ROUNDS, ROUNDS + 10):
         for i in range(EXPIRED_KEYS.stop, KEYS):
-            plan.append((key_of(i), value_of(round_, i), NOW_MS, (("round", b"%d" % round_),)))
-    plan += [(key_of(i), None, NOW_MS, ()) for i in RECENT_KEYS]
+            plan.append((key_of(i), value_of(round_, i), now_ms, (("round", b"%d" % round_),)))
+    plan += [(key_of(i), None, now_ms, ()) for i in RECENT_KEYS]
     async with Producer(bootstrap_servers=bootstrap, acks="all", linger_ms=5) as producer:
         futures = [
             await producer.send(
