@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Mapping
@@ -13,7 +14,10 @@ from typing import Any, Final
 import confluent_kafka
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka import TopicPartition as AioTopicPartition
+from aiokafka.helpers import create_ssl_context
 from riverbed import Consumer, Producer, TopicPartition
+
+from tools.pki import Pki
 
 KCAT: Final = "/usr/bin/kcat"
 TIMEOUT_S: Final = 30.0
@@ -152,3 +156,55 @@ def kcat(
         timeout=TIMEOUT_S,
         check=False,
     )
+
+
+# -- SASL users and each library's settings for them -----------------------------------------------
+
+User = tuple[str, str]  # (name, password)
+
+
+def add_user(zk_connect: str, user: User, mechanism: str = "SCRAM-SHA-512") -> None:
+    """`riverbed users add`, as an operator runs it."""
+    name, password = user
+    subprocess.run(
+        [sys.executable, "-m", "riverbed.cli", "users", "add", name, "--mechanism", mechanism,
+         "--password", password, "--zookeeper", zk_connect],
+        check=True, capture_output=True, timeout=TIMEOUT_S,
+    )  # fmt: skip
+
+
+def librdkafka_scram(pki: Pki, user: User) -> dict[str, str]:
+    """librdkafka (kcat, confluent-kafka): SCRAM-SHA-512 over SASL_SSL."""
+    return {
+        "security.protocol": "sasl_ssl",
+        "ssl.ca.location": str(pki.ca),
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": user[0],
+        "sasl.password": user[1],
+    }
+
+
+def aiokafka_plain(pki: Pki, user: User) -> dict[str, Any]:
+    """aiokafka: PLAIN over TLS (SASL_SSL)."""
+    return {
+        "security_protocol": "SASL_SSL",
+        "ssl_context": create_ssl_context(cafile=str(pki.ca)),
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": user[0],
+        "sasl_plain_password": user[1],
+    }
+
+
+def riverbed_sasl(
+    pki: Pki, user: User, mechanism: str = "SCRAM-SHA-512", tls: bool = True
+) -> dict[str, Any]:
+    """Riverbed's client: `mechanism` over SASL_SSL (or SASL_PLAINTEXT)."""
+    settings: dict[str, Any] = {
+        "security_protocol": "sasl_ssl" if tls else "sasl_plaintext",
+        "sasl_mechanism": mechanism,
+        "sasl_username": user[0],
+        "sasl_password": user[1],
+    }
+    if tls:
+        settings["ssl_ca_location"] = str(pki.ca)
+    return settings

@@ -15,20 +15,23 @@ from typing import Any, Final
 import confluent_kafka
 import pytest
 from aiokafka.errors import KafkaConnectionError
-from aiokafka.helpers import create_ssl_context
 from riverbed import Admin, TopicPartition
 from riverbed.errors import AuthenticationError
 
 from tests.security.clients import (
     TIMEOUT_S,
+    add_user,
     aiokafka_consume,
+    aiokafka_plain,
     aiokafka_produce,
     confluent_consume,
     confluent_error,
     confluent_produce,
     kcat,
+    librdkafka_scram,
     riverbed_consume,
     riverbed_produce,
+    riverbed_sasl,
 )
 from tests.support.broker import BrokerFactory, BrokerProcess
 from tools.pki import Pki
@@ -41,15 +44,6 @@ BROKER_JAAS: Final = (
     "org.apache.kafka.common.security.scram.ScramLoginModule required "
     f'username="{BROKER_USER[0]}" password="{BROKER_USER[1]}";'
 )
-
-
-def add_user(zk_connect: str, user: tuple[str, str], mechanism: str) -> None:
-    name, password = user
-    subprocess.run(
-        [sys.executable, "-m", "riverbed.cli", "users", "add", name, "--mechanism", mechanism,
-         "--password", password, "--zookeeper", zk_connect],
-        check=True, capture_output=True, timeout=TIMEOUT_S,
-    )  # fmt: skip
 
 
 def sasl_broker(
@@ -67,38 +61,6 @@ def sasl_broker(
         broker_id=broker_id,
         listeners=("SASL_SSL", "SASL_PLAINTEXT"),
     )
-
-
-def librdkafka_scram(pki: Pki, user: tuple[str, str]) -> dict[str, str]:
-    return {
-        "security.protocol": "sasl_ssl",
-        "ssl.ca.location": str(pki.ca),
-        "sasl.mechanism": "SCRAM-SHA-512",
-        "sasl.username": user[0],
-        "sasl.password": user[1],
-    }
-
-
-def aiokafka_plain(pki: Pki, user: tuple[str, str]) -> dict[str, Any]:
-    return {
-        "security_protocol": "SASL_SSL",
-        "ssl_context": create_ssl_context(cafile=str(pki.ca)),
-        "sasl_mechanism": "PLAIN",
-        "sasl_plain_username": user[0],
-        "sasl_plain_password": user[1],
-    }
-
-
-def riverbed_sasl(pki: Pki, user: tuple[str, str], mechanism: str, tls: bool) -> dict[str, Any]:
-    settings: dict[str, Any] = {
-        "security_protocol": "sasl_ssl" if tls else "sasl_plaintext",
-        "sasl_mechanism": mechanism,
-        "sasl_username": user[0],
-        "sasl_password": user[1],
-    }
-    if tls:
-        settings["ssl_ca_location"] = str(pki.ca)
-    return settings
 
 
 async def test_every_client_authenticates_and_round_trips(

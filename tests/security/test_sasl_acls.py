@@ -12,14 +12,13 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import confluent_kafka
 import confluent_kafka.admin
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
-from aiokafka.helpers import create_ssl_context
 from riverbed import Admin, TopicPartition
 from riverbed.errors import AuthorizationError
 from riverbed.security.acl import AclOperation, ResourceType
@@ -27,9 +26,13 @@ from riverbed.security.acl import AclOperation, ResourceType
 from tests.security.acl_support import acl
 from tests.security.clients import (
     TIMEOUT_S,
+    add_user,
+    aiokafka_plain,
     kcat,
+    librdkafka_scram,
     riverbed_consume,
     riverbed_produce,
+    riverbed_sasl,
 )
 from tests.support.broker import BrokerFactory, BrokerProcess
 from tools.pki import CLIENT_SUBJECT, Pki
@@ -43,12 +46,8 @@ R, W, D = AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE
 
 
 def add_users(zk_connect: str, *users: tuple[str, str]) -> None:
-    for name, password in users:
-        subprocess.run(
-            [sys.executable, "-m", "riverbed.cli", "users", "add", name,
-             "--mechanism", "SCRAM-SHA-512", "--password", password, "--zookeeper", zk_connect],
-            check=True, capture_output=True, timeout=TIMEOUT_S,
-        )  # fmt: skip
+    for user in users:
+        add_user(zk_connect, user)
 
 
 def secured_broker(
@@ -71,36 +70,6 @@ def secured_broker(
         broker_id=broker_id,
         listeners=("SASL_SSL",),
     )
-
-
-def riverbed_user(pki: Pki, user: tuple[str, str]) -> dict[str, Any]:
-    return {
-        "security_protocol": "sasl_ssl",
-        "ssl_ca_location": str(pki.ca),
-        "sasl_mechanism": "SCRAM-SHA-512",
-        "sasl_username": user[0],
-        "sasl_password": user[1],
-    }
-
-
-def librdkafka_user(pki: Pki, user: tuple[str, str]) -> dict[str, str]:
-    return {
-        "security.protocol": "sasl_ssl",
-        "ssl.ca.location": str(pki.ca),
-        "sasl.mechanism": "SCRAM-SHA-512",
-        "sasl.username": user[0],
-        "sasl.password": user[1],
-    }
-
-
-def aiokafka_plain(pki: Pki, user: tuple[str, str]) -> dict[str, Any]:
-    return {
-        "security_protocol": "SASL_SSL",
-        "ssl_context": create_ssl_context(cafile=str(pki.ca)),
-        "sasl_mechanism": "PLAIN",
-        "sasl_plain_username": user[0],
-        "sasl_plain_password": user[1],
-    }
 
 
 def confluent_produce_error(conf: dict[str, str], topic: str) -> int:
@@ -139,7 +108,7 @@ def confluent_group_errors(
 async def granted_cluster(pki: Pki, bootstrap: str) -> None:
     """As the super user: two topics with a record each; alice may use `alice-topic` and the
     group `alice-group`, bob nothing."""
-    async with Admin(bootstrap_servers=bootstrap, **riverbed_user(pki, ADMIN)) as admin:
+    async with Admin(bootstrap_servers=bootstrap, **riverbed_sasl(pki, ADMIN)) as admin:
         for topic in ("alice-topic", "bob-topic"):
             await admin.create_topic(topic, partitions=1, replication_factor=1)
         await admin.create_acls(
@@ -150,7 +119,7 @@ async def granted_cluster(pki: Pki, bootstrap: str) -> None:
         )
     for topic in ("alice-topic", "bob-topic"):
         await riverbed_produce(
-            bootstrap, topic, [f"{topic}-secret".encode()], **riverbed_user(pki, ADMIN)
+            bootstrap, topic, [f"{topic}-secret".encode()], **riverbed_sasl(pki, ADMIN)
         )
 
 
@@ -161,13 +130,13 @@ async def test_users_see_exactly_what_their_acls_allow(
     broker = secured_broker(broker_factory, pki)
     bootstrap = broker.address("SASL_SSL")
     await granted_cluster(pki, bootstrap)
-    alice_rd = {"bootstrap.servers": bootstrap, **librdkafka_user(pki, ALICE)}
+    alice_rd = {"bootstrap.servers": bootstrap, **librdkafka_scram(pki, ALICE)}
 
     # kcat as alice (SCRAM-SHA-512 over SASL_SSL): her topic reads, the other is refused empty.
-    own = kcat(bootstrap, librdkafka_user(pki, ALICE), "-C", "-t", "alice-topic", "-p", "0",
+    own = kcat(bootstrap, librdkafka_scram(pki, ALICE), "-C", "-t", "alice-topic", "-p", "0",
                "-o", "beginning", "-c", "1", "-q")  # fmt: skip
     assert own.returncode == 0 and own.stdout.strip() == b"alice-topic-secret", own.stderr
-    other = kcat(bootstrap, librdkafka_user(pki, ALICE), "-C", "-t", "bob-topic", "-p", "0",
+    other = kcat(bootstrap, librdkafka_scram(pki, ALICE), "-C", "-t", "bob-topic", "-p", "0",
                  "-o", "beginning", "-e", "-q")  # fmt: skip
     assert other.returncode != 0 and other.stdout == b""
     assert b"authoriz" in other.stderr.lower(), other.stderr
@@ -224,13 +193,13 @@ async def test_users_see_exactly_what_their_acls_allow(
         await producer.stop()
 
     # bob, authenticated but granted nothing: sees no topic, reads and writes nothing.
-    bob_rd = {"bootstrap.servers": bootstrap, **librdkafka_user(pki, BOB)}
+    bob_rd = {"bootstrap.servers": bootstrap, **librdkafka_scram(pki, BOB)}
     listing = confluent_kafka.admin.AdminClient(bob_rd).list_topics(timeout=TIMEOUT_S)
     assert sorted(listing.topics) == []
     with pytest.raises(AuthorizationError):
-        await riverbed_consume(bootstrap, "alice-topic", 1, **riverbed_user(pki, BOB))
+        await riverbed_consume(bootstrap, "alice-topic", 1, **riverbed_sasl(pki, BOB))
     # Nothing the refused writers sent was stored: each topic holds the records granted ones wrote.
-    async with Admin(bootstrap_servers=bootstrap, **riverbed_user(pki, ADMIN)) as admin:
+    async with Admin(bootstrap_servers=bootstrap, **riverbed_sasl(pki, ADMIN)) as admin:
         ends = await admin.list_offsets(
             {TopicPartition("alice-topic", 0): "latest", TopicPartition("bob-topic", 0): "latest"}
         )
@@ -289,7 +258,7 @@ async def test_replication_between_brokers_logged_in_as_a_super_user(
     first = secured_broker(broker_factory, pki, 1, **settings)
     second = secured_broker(broker_factory, pki, 2, **settings)
     bootstrap = f"{first.address('SASL_SSL')},{second.address('SASL_SSL')}"
-    async with Admin(bootstrap_servers=bootstrap, **riverbed_user(pki, ADMIN)) as admin:
+    async with Admin(bootstrap_servers=bootstrap, **riverbed_sasl(pki, ADMIN)) as admin:
         async with asyncio.timeout(TIMEOUT_S):
             while len((await admin.describe_cluster()).brokers) < 2:
                 await asyncio.sleep(0.2)
@@ -297,9 +266,9 @@ async def test_replication_between_brokers_logged_in_as_a_super_user(
         await admin.create_acls(acl(ResourceType.TOPIC, "replicated", R, W, principal="User:alice"))
     values = [f"r{i}".encode() for i in range(20)]
     # acks=all with min.insync.replicas=2: the follower fetched as User:broker (CLUSTER_ACTION).
-    await riverbed_produce(bootstrap, "replicated", values, **riverbed_user(pki, ALICE))
+    await riverbed_produce(bootstrap, "replicated", values, **riverbed_sasl(pki, ALICE))
     assert (
-        await riverbed_consume(bootstrap, "replicated", 20, **riverbed_user(pki, ALICE)) == values
+        await riverbed_consume(bootstrap, "replicated", 20, **riverbed_sasl(pki, ALICE)) == values
     )
 
 
