@@ -103,7 +103,7 @@ class ColdStore:
                 "failOnDataLoss=false to skip what is gone"
             ) from error
         with file:
-            for group, whole in _row_groups_overlapping(file, start, end):
+            for group, whole in row_groups_overlapping(file, start, end):
                 if whole:
                     # All its rows are wanted: read only the asked columns, filter nothing.
                     yield from file.read_row_group(group, columns=columns).to_batches()
@@ -119,7 +119,7 @@ class ColdStore:
                 yield from table.filter(keep).select(columns).to_batches()
 
 
-def _row_groups_overlapping(file: pq.ParquetFile, start: int, end: int) -> list[tuple[int, bool]]:
+def row_groups_overlapping(file: pq.ParquetFile, start: int, end: int) -> list[tuple[int, bool]]:
     """Row groups whose offset range meets [start, end), by their statistics; each with whether
     all of its rows are wanted (offsets inside the range, and no control batch: attributes
     below the control bit)."""

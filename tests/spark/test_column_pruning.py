@@ -91,6 +91,23 @@ def test_the_scan_reads_only_the_columns_the_query_references(
     assert scans(with_headers.select("headers")) == [("riverbed", ["headers"])]
 
 
+def test_pruning_can_be_switched_off_by_its_rule_name(spark: SparkSession, tmp_path: Path) -> None:
+    """Spark's own switch for an optimizer rule (docs/spark.md): every column is read again."""
+    df = (
+        spark.read.format("riverbed")
+        .option("remote.storage.url", f"file://{tmp_path}")
+        .option("subscribe", "orders")
+        .load()
+    )
+    spark.conf.set("spark.sql.optimizer.excludedRules", "riverbed.spark.ColumnPruning(riverbed)")
+    try:
+        assert scans(df.select("value")) == [("riverbed", ALL)]
+        assert df.select("value").collect() == []
+    finally:
+        spark.conf.unset("spark.sql.optimizer.excludedRules")
+    assert scans(df.select("value")) == [("riverbed", ["value"])]
+
+
 def test_other_sources_are_left_alone_and_registering_again_installs_nothing_more(
     spark: SparkSession,
 ) -> None:
