@@ -29,6 +29,7 @@ import hashlib
 import hmac
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -594,13 +595,13 @@ class ScramClient:
         return None
 
     def _on_server_first(self, challenge: bytes) -> bytes:
-        message = _client_side_text(challenge, "server-first")
+        message = _decode_message(challenge, "server-first", SaslClientError)
         attributes = message.split(",")
         if attributes[0].startswith("m="):
             raise SaslClientError("server-first asks for a mandatory extension (m=)")
-        nonce = _server_attribute(attributes, 0, "r", "server-first")
-        salt_text = _server_attribute(attributes, 1, "s", "server-first")
-        iterations_text = _server_attribute(attributes, 2, "i", "server-first")
+        nonce = _attribute(attributes, 0, "r", "server-first", SaslClientError)
+        salt_text = _attribute(attributes, 1, "s", "server-first", SaslClientError)
+        iterations_text = _attribute(attributes, 2, "i", "server-first", SaslClientError)
         if not all(_EXTENSION.fullmatch(extension) for extension in attributes[3:]):
             raise SaslClientError("server-first has a malformed attribute")
         if not nonce.startswith(self._nonce) or len(nonce) == len(self._nonce):
@@ -629,7 +630,7 @@ class ScramClient:
         return f"{without_proof},p={_b64(proof)}".encode("ascii")
 
     def _on_server_final(self, challenge: bytes) -> None:
-        message = _client_side_text(challenge, "server-final")
+        message = _decode_message(challenge, "server-final", SaslClientError)
         if message.startswith("e="):
             raise SaslClientError(f"the server refused the authentication: {message[2:]}")
         if not message.startswith("v="):
@@ -647,36 +648,28 @@ class ScramClient:
             )
 
 
-def _client_side_text(challenge: bytes, what: str) -> str:
-    if len(challenge) > SCRAM_MESSAGE_BYTES_MAX:
-        raise SaslClientError(f"{what} is longer than {SCRAM_MESSAGE_BYTES_MAX} bytes")
-    try:
-        return challenge.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SaslClientError(f"{what} is not UTF-8") from None
-
-
-def _server_attribute(attributes: list[str], index: int, name: str, what: str) -> str:
-    if index >= len(attributes) or not attributes[index].startswith(f"{name}="):
-        raise SaslClientError(f"{what} lacks its {name}= attribute")
-    return attributes[index][len(name) + 1 :]
-
-
 # ---- shared helpers -----------------------------------------------------------------------------
 
 
-def _decode_message(token: bytes, what: str) -> str:
+# Both sides parse the same grammar; what differs is whom a malformed message is reported to:
+# the server refuses the client (AuthenticationFailed), the client gives up (SaslClientError).
+_Malformed = Callable[[str], Exception]
+
+
+def _decode_message(token: bytes, what: str, malformed: _Malformed = _malformed) -> str:
     if len(token) > SCRAM_MESSAGE_BYTES_MAX:
-        raise _malformed(f"{what} is longer than {SCRAM_MESSAGE_BYTES_MAX} bytes")
+        raise malformed(f"{what} is longer than {SCRAM_MESSAGE_BYTES_MAX} bytes")
     try:
         return token.decode("utf-8")
     except UnicodeDecodeError:
-        raise _malformed(f"{what} is not UTF-8") from None
+        raise malformed(f"{what} is not UTF-8") from None
 
 
-def _attribute(attributes: list[str], index: int, name: str, what: str) -> str:
+def _attribute(
+    attributes: list[str], index: int, name: str, what: str, malformed: _Malformed = _malformed
+) -> str:
     if index >= len(attributes) or not attributes[index].startswith(f"{name}="):
-        raise _malformed(f"{what} lacks its {name}= attribute")
+        raise malformed(f"{what} lacks its {name}= attribute")
     return attributes[index][len(name) + 1 :]
 
 

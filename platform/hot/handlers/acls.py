@@ -15,7 +15,8 @@ filter naming one pattern exactly also reads it from ZooKeeper, as Kafka's does.
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Callable, Sequence
+from typing import Final, Protocol, TypeVar
 
 from riverbed.hot.handlers.context import BrokerContext
 from riverbed.protocol import messages as m
@@ -38,6 +39,8 @@ AclDescription = m.DescribeAclsResponse.AclDescription
 CreationResult = m.CreateAclsResponse.AclCreationResult
 FilterResult = m.DeleteAclsResponse.DeleteAclsFilterResult
 MatchingAcl = m.DeleteAclsResponse.DeleteAclsMatchingAcl
+E = TypeVar("E")
+T = TypeVar("T")
 
 
 async def handle_describe_acls(
@@ -54,15 +57,7 @@ async def handle_describe_acls(
             error_message=NOT_AUTHORIZED.format("describe"),
         )
     try:
-        wanted = AclBindingFilter.from_codes(
-            request.resource_type_filter,
-            request.resource_name_filter,
-            request.pattern_type_filter,
-            request.principal_filter,
-            request.host_filter,
-            request.operation,
-            request.permission_type,
-        )
+        wanted = _binding_filter(request)
     except InvalidAclError as error:
         return m.DescribeAclsResponse(
             error_code=ErrorCode.INVALID_REQUEST, error_message=str(error)
@@ -101,23 +96,7 @@ async def handle_create_acls(
             result.error_code, result.error_message = refusal
         return m.CreateAclsResponse(results=results)
     assert ctx.acl_store is not None
-    valid: list[tuple[int, AclBinding]] = []
-    for index, creation in enumerate(request.creations):
-        try:
-            binding = AclBinding.from_codes(
-                creation.resource_type,
-                creation.resource_name,
-                creation.resource_pattern_type,
-                creation.principal,
-                creation.host,
-                creation.operation,
-                creation.permission_type,
-            )
-        except InvalidAclError as error:
-            results[index].error_code = ErrorCode.INVALID_REQUEST
-            results[index].error_message = f"Failed to create ACL: {error}"
-            continue
-        valid.append((index, binding))
+    valid = _parse_each(request.creations, _binding, results, "Failed to create ACL: ")
     outcomes = await ctx.acl_store.create([binding for _, binding in valid])
     for (index, binding), failure in zip(valid, outcomes, strict=True):
         if failure is not None:
@@ -136,23 +115,7 @@ async def handle_delete_acls(
             result.error_code, result.error_message = refusal
         return m.DeleteAclsResponse(filter_results=results)
     assert ctx.acl_store is not None
-    valid: list[tuple[int, AclBindingFilter]] = []
-    for index, wire in enumerate(request.filters):
-        try:
-            wanted = AclBindingFilter.from_codes(
-                wire.resource_type_filter,
-                wire.resource_name_filter,
-                wire.pattern_type_filter,
-                wire.principal_filter,
-                wire.host_filter,
-                wire.operation,
-                wire.permission_type,
-            )
-        except InvalidAclError as error:
-            results[index].error_code = ErrorCode.INVALID_REQUEST
-            results[index].error_message = str(error)
-            continue
-        valid.append((index, wanted))
+    valid = _parse_each(request.filters, _binding_filter, results, "")
     deleted = await ctx.acl_store.delete([wanted for _, wanted in valid])
     for (index, _), deletions in zip(valid, deleted, strict=True):
         results[index].matching_acls = [_matching(deletion) for deletion in deletions]
@@ -181,3 +144,59 @@ def _refusal(store: AclStore | None, access: Access, doing: str) -> tuple[int, s
     if not access.allows_cluster(AclOperation.ALTER):
         return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, NOT_AUTHORIZED.format(doing)
     return None
+
+
+class _EntryResult(Protocol):
+    error_code: int
+    error_message: str | None
+
+
+def _parse_each(
+    entries: Sequence[E], parse: Callable[[E], T], results: Sequence[_EntryResult], prefix: str
+) -> list[tuple[int, T]]:
+    """Each entry of a request parsed on its own: a malformed one fails alone, its result set to
+    INVALID_REQUEST; the others, with their index, go on."""
+    valid = []
+    for index, entry in enumerate(entries):
+        try:
+            valid.append((index, parse(entry)))
+        except InvalidAclError as error:
+            results[index].error_code = ErrorCode.INVALID_REQUEST
+            results[index].error_message = f"{prefix}{error}"
+    return valid
+
+
+def _binding(c: m.CreateAclsRequest.AclCreation) -> AclBinding:
+    return AclBinding.from_codes(
+        c.resource_type,
+        c.resource_name,
+        c.resource_pattern_type,
+        c.principal,
+        c.host,
+        c.operation,
+        c.permission_type,
+    )
+
+
+class _WireFilter(Protocol):
+    """DescribeAclsRequest and DeleteAclsRequest's filters: the same fields."""
+
+    resource_type_filter: int
+    resource_name_filter: str | None
+    pattern_type_filter: int
+    principal_filter: str | None
+    host_filter: str | None
+    operation: int
+    permission_type: int
+
+
+def _binding_filter(f: _WireFilter) -> AclBindingFilter:
+    return AclBindingFilter.from_codes(
+        f.resource_type_filter,
+        f.resource_name_filter,
+        f.pattern_type_filter,
+        f.principal_filter,
+        f.host_filter,
+        f.operation,
+        f.permission_type,
+    )
