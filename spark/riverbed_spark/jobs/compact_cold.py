@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
-import os
 import sys
 import tempfile
 import time
@@ -79,8 +79,11 @@ from riverbed.tiering.store import ObjectStore
 from riverbed.tiering.stores import open_store
 
 from riverbed_spark.cold import ColdStore
+from riverbed_spark.jobs.session import job_session, progress
 from riverbed_spark.options import StoreOptions
 from riverbed_spark.source import RiverbedDataSource
+
+_progress = functools.partial(progress, "compact_cold")
 
 LEASE_MS_DEFAULT = 6 * 60 * 60 * 1000
 ROW_SCHEMA = "grp int, offset long, key binary"
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         _progress(f"{args.topic} is not a compacted tiered topic (cleanup.policy=compact, "
                   "remote.storage.enable=true)")  # fmt: skip
         return 2
-    spark = _session(args.master)
+    spark = job_session("riverbed-compact-cold", args.master)
     try:
         for source in (RiverbedDataSource, RowsSource, GroupsSink):
             spark.dataSource.register(source)
@@ -561,20 +564,6 @@ def _settings(pairs: list[str]) -> Iterator[tuple[str, str]]:
         if not key.startswith(REMOTE_STORAGE_S3):
             raise SystemExit(f"compact_cold: --set takes {REMOTE_STORAGE_S3}* settings, not {key}")
         yield key, value
-
-
-def _session(master: str | None) -> SparkSession:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName("riverbed-compact-cold").config(
-        "spark.ui.showConsoleProgress", "true"
-    )
-    if master:
-        builder = builder.master(master)
-    return builder.getOrCreate()
-
-
-def _progress(message: str) -> None:
-    print(f"compact_cold: {message}", file=sys.stderr, flush=True)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -16,16 +16,19 @@ master comes from spark-submit; alone, from --master (default local[*]).
 from __future__ import annotations
 
 import argparse
-import os
+import functools
 import sys
 import time
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from riverbed_spark.jobs.session import job_session, progress
 from riverbed_spark.options import parse_read_options
 from riverbed_spark.planning import ColdSplit, Planner, splits_for
 from riverbed_spark.source import RiverbedDataSource
+
+_progress = functools.partial(progress, "key_counts")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         print(f"key_counts: {error}", file=sys.stderr)
         return 2
-    spark = _session(args.master)
+    spark = job_session("riverbed-key-counts", args.master)
     try:
         _progress(plan)
         spark.dataSource.register(RiverbedDataSource)
@@ -85,22 +88,6 @@ def _describe_plan(options: dict[str, str]) -> str:
         f"reading {options['subscribe']}: {cold} splits from the cold tier, "
         f"{len(splits) - cold} from the hot tail"
     )
-
-
-def _session(master: str | None) -> SparkSession:
-    # Spark's Python workers must import riverbed_spark: by default the interpreter running
-    # this job (which has it), not whatever `python3` is first on the PATH.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName("riverbed-key-counts").config(
-        "spark.ui.showConsoleProgress", "true"
-    )
-    if master:
-        builder = builder.master(master)
-    return builder.getOrCreate()
-
-
-def _progress(message: str) -> None:
-    print(f"key_counts: {message}", file=sys.stderr, flush=True)
 
 
 def _parser() -> argparse.ArgumentParser:
