@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 from riverbed.coordination import layout
@@ -16,16 +16,9 @@ from riverbed.coordination.metadata_cache import MetadataCache, MetadataChange, 
 from riverbed.coordination.zk import AsyncZooKeeper, BadVersionError
 from riverbed.protocol.errors import ErrorCode, KafkaError
 
+from tests.support.waiting import WAIT_S, eventually
+
 SESSION_TIMEOUT_MS = 1000
-WAIT_S = 10.0
-
-
-async def eventually(condition: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 async def open_store(connect: str) -> ClusterMetadataStore:

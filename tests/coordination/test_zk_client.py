@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,23 +25,14 @@ from riverbed.coordination.zk import (
     ZkConnectionError,
 )
 
+from tests.support.waiting import WAIT_S, eventually
 from tests.support.zookeeper import expire_session, new_test_server
-
-WAIT_S = 10.0
 
 
 @pytest.fixture
 async def zk(zk_chroot: str) -> AsyncIterator[AsyncZooKeeper]:
     async with AsyncZooKeeper(zk_chroot, session_timeout_ms=4000) as client:
         yield client
-
-
-async def eventually(condition: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 class LoopLagProbe:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -28,23 +27,13 @@ from riverbed.security.acl_cache import AclCache
 from riverbed.security.acl_layout import decode_acls, decode_change, encode_change
 from riverbed.security.acl_store import AclStore, AclWrite
 
+from tests.support.waiting import eventually
 from tests.support.zookeeper import expire_session, new_test_server
 
-WAIT_S = 10.0
 TOPIC = ResourcePattern(ResourceType.TOPIC, "orders")
 PREFIXED_GROUP = ResourcePattern(ResourceType.GROUP, "team-", PatternType.PREFIXED)
 READ = AclEntry("User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW)
 DENY = AclEntry("User:bob", "10.0.0.1", AclOperation.ALL, AclPermissionType.DENY)
-
-
-async def eventually(condition: Callable[[], bool], timeout_s: float = WAIT_S) -> float:
-    """Seconds until `condition()` held."""
-    started = time.monotonic()
-    while not condition():
-        if time.monotonic() - started > timeout_s:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
-    return time.monotonic() - started
 
 
 @asynccontextmanager

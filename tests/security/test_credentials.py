@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,10 +33,10 @@ from riverbed.security.scram import (
     new_credential,
 )
 
+from tests.support.waiting import eventually
 from tests.support.zookeeper import expire_session, new_test_server
 
 SHA256, SHA512 = ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512
-WAIT_S = 10.0
 # A ZooKeeper restarted on a busy machine takes a while to serve again.
 RECONNECT_WAIT_S = 30.0
 
@@ -45,14 +45,6 @@ RECONNECT_WAIT_S = 30.0
 async def zk(zk_connect: str) -> AsyncIterator[AsyncZooKeeper]:
     async with AsyncZooKeeper(zk_connect, session_timeout_ms=4000) as client:
         yield client
-
-
-async def eventually(condition: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 def logs_in(cache: CredentialCache, user: str, password: str, mechanism: ScramMechanism) -> bool:
