@@ -29,28 +29,49 @@ from riverbed.client.types import (
 from riverbed.errors import KafkaTimeoutError
 from riverbed.protocol.records import RecordInput
 
-# Upper bound of a record's bytes in a batch beyond its key, value and headers: length,
-# attributes, timestamp delta, offset delta, key and value lengths, header count (varints).
-RECORD_OVERHEAD_BYTES_MAX: Final = 1 + 5 + 10 + 5 + 5 + 5 + 5
-# Header count varint aside, a header adds its key and value and two length varints.
-HEADER_OVERHEAD_BYTES_MAX: Final = 10
+# A record in a v2 batch: its length, attributes (1 byte), timestamp delta, offset delta, key
+# length and key, value length and value, header count and headers, every number a zigzag varint.
+# send() sizes each record as it will be encoded, not by a worst case, so that a batch of
+# batch.size bytes holds about as many records as the Java client puts in it.
+ATTRIBUTES_BYTES: Final = 1
+TIMESTAMP_DELTA_BYTES_MAX: Final = 10  # a user's timestamp may be anywhere in int64
+# Below this many bytes a length (zigzag varint) takes at most SMALL_LENGTH_BYTES.
+SMALL_RECORD_BYTES: Final = 8192
+SMALL_LENGTH_BYTES: Final = 2
 NO_OFFSET: Final = -1
 NO_SEQUENCE: Final = -1
 
 
-def record_size_bytes(key: bytes | None, value: bytes | None, headers: Headers) -> int:
-    """An upper bound of the record's size inside an uncompressed batch (for batch.size and
-    buffer.memory accounting)."""
-    size = RECORD_OVERHEAD_BYTES_MAX
-    if key is not None:
-        size += len(key)
-    if value is not None:
-        size += len(value)
+def varint_bytes(value: int) -> int:
+    """The bytes of `value` as a zigzag varint."""
+    zigzag = 2 * value if value >= 0 else -2 * value - 1
+    return max(1, (zigzag.bit_length() + 6) // 7)
+
+
+def record_overhead_bytes(batch_size: int, delivery_timeout_ms: int) -> int:
+    """A record's bytes besides its key, value, headers and their lengths, at most, when the
+    producer stamps it: attributes, timestamp delta, offset delta and a one-byte header count.
+
+    Records stamped by the producer are at most delivery.timeout.ms apart within a batch (a batch
+    expires after that: a clock stepped by more would grow the batch a few bytes past
+    batch.size, nothing worse), and a batch holds at most one record per byte of batch.size.
+    """
+    return ATTRIBUTES_BYTES + varint_bytes(delivery_timeout_ms) + varint_bytes(batch_size) + 1
+
+
+def record_size_bytes(
+    key: bytes | None, value: bytes | None, headers: Headers, overhead_bytes: int
+) -> int:
+    """The record's bytes inside an uncompressed batch, at most (for batch.size and
+    buffer.memory accounting); `overhead_bytes` from record_overhead_bytes()."""
+    size = overhead_bytes - 1 + varint_bytes(len(headers))
+    for data in (key, value):
+        size += 1 if data is None else len(data) + varint_bytes(len(data))
     for header_key, header_value in headers:
-        size += HEADER_OVERHEAD_BYTES_MAX + len(header_key) * 4  # UTF-8: at most 4 per char
-        if header_value is not None:
-            size += len(header_value)
-    return size
+        encoded_key = len(header_key.encode())
+        size += encoded_key + varint_bytes(encoded_key)
+        size += 1 if header_value is None else len(header_value) + varint_bytes(len(header_value))
+    return size + varint_bytes(size)
 
 
 class ProducerBatch:

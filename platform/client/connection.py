@@ -69,7 +69,8 @@ class BrokerConnection:
         self._reader = reader
         self._writer = writer
         self._protocol = ClientConnection(client_id=client_id)
-        self._pending: dict[int, asyncio.Future[Any]] = {}
+        # correlation id -> (the response's future, its timeout)
+        self._pending: dict[int, tuple[asyncio.Future[Any], asyncio.TimerHandle]] = {}
         self._slots = asyncio.Semaphore(IN_FLIGHT_REQUESTS_MAX)
         self._versions: dict[int, int] = {}  # api key -> negotiated version
         self._close_callbacks: list[Callable[[BrokerConnection], None]] = []
@@ -213,30 +214,64 @@ class BrokerConnection:
         with contextlib.suppress(Exception):
             await self._writer.wait_closed()
 
+    def send_nowait(self, body: RequestBody, *, timeout_ms: int) -> asyncio.Future[Any]:
+        """Write `body` at the negotiated version now and return the future of its response.
+
+        For a caller that bounds its own requests in flight (the producer's sender, at
+        max.in.flight.requests.per.connection): no slot, no drain and no task per request, and
+        requests leave in call order. A ProduceRequest with acks=0 gets a future already
+        resolved to None. The future fails with ConnectionClosedError if the connection
+        closes first, and with TimeoutError after `timeout_ms` (the connection is then shut,
+        as after a request() that timed out).
+        """
+        return self._write(body, self.version_for(body.API_KEY), timeout_ms)[1]
+
     async def _send(self, body: RequestBody, version: int, timeout_ms: int) -> Any:
         async with self._slots:
-            if self.closed:
-                raise ConnectionClosedError(f"connection closed: {self.close_reason}")
-            correlation_id, data = self._protocol.send_request(body, version)
-            if isinstance(body, m.ProduceRequest) and body.acks == 0:
-                self._writer.write(data)
-                await self._writer.drain()
-                return None
-            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            self._pending[correlation_id] = future
+            correlation_id, future = self._write(body, version, timeout_ms)
             try:
-                self._writer.write(data)
-                await self._writer.drain()
-                async with asyncio.timeout(timeout_ms / 1000):
-                    return await future
-            except TimeoutError:
-                self._shut(f"no response to {type(body).__name__} within {timeout_ms} ms")
-                raise
-            except OSError as error:
-                self._shut(f"write failed: {error}")
-                raise ConnectionClosedError(f"connection closed: {error}") from error
+                try:
+                    await self._writer.drain()
+                except OSError as error:
+                    self._shut(f"write failed: {error}")
+                    raise ConnectionClosedError(f"connection closed: {error}") from error
+                return await future
             finally:
-                self._pending.pop(correlation_id, None)
+                self._forget(correlation_id)
+
+    def _write(
+        self, body: RequestBody, version: int, timeout_ms: int
+    ) -> tuple[int, asyncio.Future[Any]]:
+        """Frame and write `body`; its response (or its timeout) resolves the future."""
+        if self.closed:
+            raise ConnectionClosedError(f"connection closed: {self.close_reason}")
+        loop = asyncio.get_running_loop()
+        correlation_id, data = self._protocol.send_request(body, version)
+        future: asyncio.Future[Any] = loop.create_future()
+        if isinstance(body, m.ProduceRequest) and body.acks == 0:
+            future.set_result(None)
+        else:
+            timer = loop.call_later(
+                timeout_ms / 1000, self._time_out, correlation_id, type(body).__name__, timeout_ms
+            )
+            self._pending[correlation_id] = (future, timer)
+        self._writer.write(data)
+        return correlation_id, future
+
+    def _time_out(self, correlation_id: int, request_name: str, timeout_ms: int) -> None:
+        # As Kafka's clients do: after a response that never came the stream's state is
+        # unknown, so the connection is shut and every other waiting request fails with it.
+        reason = f"no response to {request_name} within {timeout_ms} ms"
+        future = self._pending.pop(correlation_id)[0]
+        if not future.done():
+            future.set_exception(TimeoutError(reason))
+        self._shut(reason)
+
+    def _forget(self, correlation_id: int) -> None:
+        """Stop waiting for a response (its caller gave up, e.g. was cancelled)."""
+        entry = self._pending.pop(correlation_id, None)
+        if entry is not None:
+            entry[1].cancel()
 
     async def _read_loop(self) -> None:
         try:
@@ -248,14 +283,18 @@ class BrokerConnection:
                         raise ConnectionClosedError("broker closed the connection")
                     self._protocol.receive_data(data)
                 elif isinstance(event, ResponseReceived):
-                    future = self._pending.get(event.correlation_id)
-                    if future is not None and not future.done():
-                        future.set_result(event.body)
+                    entry = self._pending.pop(event.correlation_id, None)
+                    if entry is not None:
+                        future, timer = entry
+                        timer.cancel()
+                        if not future.done():
+                            future.set_result(event.body)
         except (OSError, ProtocolDecodeError) as error:
             self._shut(str(error) or type(error).__name__)
 
     def _shut(self, reason: str) -> None:
-        """The one place the state changes: OPEN -> CLOSED, synchronously."""
+        """The one place the state changes: OPEN -> CLOSED, synchronously; every request still
+        waiting fails with ConnectionClosedError."""
         if self.closed:
             return
         self.state = ConnectionState.CLOSED
@@ -263,7 +302,9 @@ class BrokerConnection:
         if self._reader_task is not asyncio.current_task():
             self._reader_task.cancel()
         error = ConnectionClosedError(f"connection to {self.address} closed: {reason}")
-        for future in self._pending.values():
+        pending, self._pending = self._pending, {}
+        for future, timer in pending.values():
+            timer.cancel()
             if not future.done():
                 future.set_exception(error)
         self._writer.close()

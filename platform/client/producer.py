@@ -19,11 +19,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from riverbed.client.accumulator import (
-    RECORD_OVERHEAD_BYTES_MAX,
+    SMALL_LENGTH_BYTES,
+    SMALL_RECORD_BYTES,
+    TIMESTAMP_DELTA_BYTES_MAX,
     DeliveryFuture,
     PartitionQueue,
     ProducerBatch,
     RecordAccumulator,
+    record_overhead_bytes,
     record_size_bytes,
 )
 from riverbed.client.lifecycle import AsyncClient
@@ -77,6 +80,10 @@ class Producer(AsyncClient):
         self._batch_size = self.settings.batch_size
         self._buffer_memory = self.settings.buffer_memory
         self._record_bytes_max = min(self.settings.max_request_size, self.settings.buffer_memory)
+        self._record_overhead_bytes = record_overhead_bytes(
+            self.settings.batch_size, self.settings.delivery_timeout_ms
+        )
+        self._small_record_overhead_bytes = self._record_overhead_bytes + SMALL_LENGTH_BYTES
 
     async def start(self) -> None:
         """Start the sender (send() also does, lazily)."""
@@ -107,15 +114,19 @@ class Producer(AsyncClient):
         if key is not None and key.__class__ is not bytes:
             key = _as_bytes("key", key)
         if headers is None:
+            # record_size_bytes() made cheap, as this runs for every record: while a record
+            # stays under 8 KiB each of its length varints takes at most two bytes.
             header_tuple: Headers = ()
-            size = RECORD_OVERHEAD_BYTES_MAX
-            if key is not None:
-                size += len(key)
-            if value is not None:
-                size += len(value)
+            size = self._small_record_overhead_bytes
+            size += 1 if key is None else len(key) + SMALL_LENGTH_BYTES
+            size += 1 if value is None else len(value) + SMALL_LENGTH_BYTES
+            if size >= SMALL_RECORD_BYTES:
+                size = record_size_bytes(key, value, header_tuple, self._record_overhead_bytes)
         else:
             header_tuple = _headers(headers)
-            size = record_size_bytes(key, value, header_tuple)
+            size = record_size_bytes(key, value, header_tuple, self._record_overhead_bytes)
+        if timestamp_ms is not None:
+            size += TIMESTAMP_DELTA_BYTES_MAX  # any distance from the batch's first record
         if size > self._record_bytes_max:
             raise MessageTooLargeError(
                 ErrorCode.MESSAGE_TOO_LARGE,

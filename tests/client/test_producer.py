@@ -21,6 +21,8 @@ from riverbed.client.producer import Producer
 from riverbed.client.types import RecordMetadata
 from riverbed.errors import KafkaTimeoutError, MessageTooLargeError, UnknownTopicOrPartitionError
 from riverbed.protocol.compression import CompressionType
+from riverbed.protocol.messages import ProduceRequest
+from riverbed.protocol.records import RECORD_BATCH_OVERHEAD
 
 from tests.interop.disk import StoredBatch, read_partition
 from tests.support.broker import BrokerFactory, BrokerProcess
@@ -215,14 +217,15 @@ async def test_max_in_flight_limits_unanswered_requests(
     broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     in_flight_max = 0
-    original = connection_module.BrokerConnection.request
+    original = connection_module.BrokerConnection.send_nowait
 
-    async def counting(self: Any, body: Any, **kwargs: Any) -> Any:
+    def counting(self: Any, body: Any, **kwargs: Any) -> Any:
         nonlocal in_flight_max
-        in_flight_max = max(in_flight_max, self.in_flight_count + 1)
-        return await original(self, body, **kwargs)
+        if isinstance(body, ProduceRequest):
+            in_flight_max = max(in_flight_max, self.in_flight_count + 1)
+        return original(self, body, **kwargs)
 
-    monkeypatch.setattr(connection_module.BrokerConnection, "request", counting)
+    monkeypatch.setattr(connection_module.BrokerConnection, "send_nowait", counting)
     for limit in (1, 3):
         in_flight_max = 0
         async with producer_for(
@@ -268,7 +271,7 @@ async def test_requests_leave_in_sequence_order_while_a_connection_opens(
     sent_sequences: list[int] = []
     producers: list[Producer] = []
     requests_while_opening: list[int] = []
-    original_request = connection_module.BrokerConnection.request
+    original_send = connection_module.BrokerConnection.send_nowait
     original_open = connection_module.BrokerConnection.open.__func__  # type: ignore[attr-defined]
     opens = 0
 
@@ -281,16 +284,16 @@ async def test_requests_leave_in_sequence_order_while_a_connection_opens(
             requests_while_opening.append(sum(producers[0]._sender._node_in_flight.values()))
         return connection
 
-    async def recording(self: Any, body: Any, **kwargs: Any) -> Any:
-        if type(body).__name__ == "ProduceRequest":
+    def recording(self: Any, body: Any, **kwargs: Any) -> Any:
+        if isinstance(body, ProduceRequest):
             for topic in body.topic_data:
                 for data in topic.partition_data:
                     batch = MemoryRecords(bytes(data.records)).next_batch()
                     sent_sequences.append(batch.base_sequence)
-        return await original_request(self, body, **kwargs)
+        return original_send(self, body, **kwargs)
 
     monkeypatch.setattr(connection_module.BrokerConnection, "open", classmethod(slow_open))
-    monkeypatch.setattr(connection_module.BrokerConnection, "request", recording)
+    monkeypatch.setattr(connection_module.BrokerConnection, "send_nowait", recording)
     async with producer_for(broker, linger_ms=0, max_in_flight_requests_per_connection=5) as p:
         producers.append(p)
         futures = []
@@ -300,4 +303,48 @@ async def test_requests_leave_in_sequence_order_while_a_connection_opens(
         offsets = [(await future).offset for future in futures]
     assert requests_while_opening and not any(requests_while_opening), requests_while_opening
     assert offsets == sorted(offsets)
-    assert sent_sequences == sorted(sent_sequences), sent_sequences
+    assert sent_sequences and sent_sequences == sorted(sent_sequences), sent_sequences
+
+
+async def test_batch_size_holds_as_many_records_as_their_encoding_allows(
+    broker: BrokerProcess,
+) -> None:
+    # A 100-byte value without key or headers takes 110 bytes in a batch (Kafka's Java client
+    # fits 148 in 16 KiB). Sized by a worst case of 136 bytes a batch held 120 records.
+    async with producer_for(broker, batch_size=16_384, linger_ms=1_000) as producer:
+        for _ in range(1_000):
+            await producer.send("filled", VALUE, partition=0)
+        await producer.flush()
+    batches = stored(broker, "filled")
+    full = batches[:-1]
+    assert full
+    for batch in full:
+        records = batch.last_offset - batch.base_offset + 1
+        assert batch.size_bytes - RECORD_BATCH_OVERHEAD <= 16_384
+        assert records >= 140, f"a batch of {batch.size_bytes} bytes holds only {records} records"
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "headers"),
+    [
+        (None, b"", None),
+        (b"k" * 63, b"v" * 63, None),  # lengths just below a second varint byte
+        (b"k" * 64, b"v" * 8_000, None),  # a record just below 8 KiB
+        (None, b"v" * 8_200, None),  # just above: sized exactly
+        (b"k", b"v" * 100_000, [("h" * 70, b"x" * 200), ("\u00e9t\u00e9", None)]),
+    ],
+)
+async def test_buffered_bytes_never_undercount_the_encoded_records(
+    broker: BrokerProcess, key: bytes | None, value: bytes, headers: Any
+) -> None:
+    # buffer.memory and batch.size are only bounds if no record takes more bytes in its batch
+    # than send() counted for it.
+    records = min(50, 500_000 // (len(value) + 100))  # all in one batch
+    async with producer_for(broker, linger_ms=60_000, batch_size=1_000_000) as producer:
+        for _ in range(records):
+            await producer.send("sized", value, key=key, headers=headers, partition=0)
+        counted = producer.status().buffered_bytes
+        await producer.flush()
+    (batch,) = stored(broker, "sized")
+    encoded = batch.size_bytes - RECORD_BATCH_OVERHEAD
+    assert encoded <= counted <= encoded + records * 8  # at most a few bytes over, per record
