@@ -69,8 +69,11 @@ class BrokerConnection:
         self._reader = reader
         self._writer = writer
         self._protocol = ClientConnection(client_id=client_id)
-        # correlation id -> (the response's future, its timeout)
-        self._pending: dict[int, tuple[asyncio.Future[Any], asyncio.TimerHandle]] = {}
+        # correlation id -> (the response's future, the loop time it is late at, the request's
+        # name and timeout for the error)
+        self._pending: dict[int, tuple[asyncio.Future[Any], float, str, int]] = {}
+        # Goes off at the earliest deadline armed (see _write); None while nothing waits.
+        self._deadline_timer: asyncio.TimerHandle | None = None
         self._slots = asyncio.Semaphore(IN_FLIGHT_REQUESTS_MAX)
         self._versions: dict[int, int] = {}  # api key -> negotiated version
         self._close_callbacks: list[Callable[[BrokerConnection], None]] = []
@@ -251,27 +254,39 @@ class BrokerConnection:
         if isinstance(body, m.ProduceRequest) and body.acks == 0:
             future.set_result(None)
         else:
-            timer = loop.call_later(
-                timeout_ms / 1000, self._time_out, correlation_id, type(body).__name__, timeout_ms
-            )
-            self._pending[correlation_id] = (future, timer)
+            deadline = loop.time() + timeout_ms / 1000
+            self._pending[correlation_id] = (future, deadline, type(body).__name__, timeout_ms)
+            # One timer for all requests, not one each: it is only moved earlier, and when it
+            # goes off it times out what is late and re-arms for what is not.
+            timer = self._deadline_timer
+            if timer is None or timer.when() > deadline:
+                if timer is not None:
+                    timer.cancel()
+                self._deadline_timer = loop.call_at(deadline, self._check_deadlines)
         self._writer.write(data)
         return correlation_id, future
 
-    def _time_out(self, correlation_id: int, request_name: str, timeout_ms: int) -> None:
-        # As Kafka's clients do: after a response that never came the stream's state is
-        # unknown, so the connection is shut and every other waiting request fails with it.
-        reason = f"no response to {request_name} within {timeout_ms} ms"
-        future = self._pending.pop(correlation_id)[0]
-        if not future.done():
-            future.set_exception(TimeoutError(reason))
-        self._shut(reason)
+    def _check_deadlines(self) -> None:
+        self._deadline_timer = None
+        now = asyncio.get_running_loop().time()
+        for future, deadline, request_name, timeout_ms in self._pending.values():
+            if deadline <= now:
+                # As Kafka's clients do: after a response that never came the stream's state
+                # is unknown, so the connection is shut and every other request fails with it.
+                reason = f"no response to {request_name} within {timeout_ms} ms"
+                if not future.done():
+                    future.set_exception(TimeoutError(reason))
+                self._shut(reason)
+                return
+        if self._pending:
+            earliest = min(entry[1] for entry in self._pending.values())
+            self._deadline_timer = asyncio.get_running_loop().call_at(
+                earliest, self._check_deadlines
+            )
 
     def _forget(self, correlation_id: int) -> None:
         """Stop waiting for a response (its caller gave up, e.g. was cancelled)."""
-        entry = self._pending.pop(correlation_id, None)
-        if entry is not None:
-            entry[1].cancel()
+        self._pending.pop(correlation_id, None)
 
     async def _read_loop(self) -> None:
         try:
@@ -285,8 +300,7 @@ class BrokerConnection:
                 elif isinstance(event, ResponseReceived):
                     entry = self._pending.pop(event.correlation_id, None)
                     if entry is not None:
-                        future, timer = entry
-                        timer.cancel()
+                        future = entry[0]
                         if not future.done():
                             future.set_result(event.body)
         except (OSError, ProtocolDecodeError) as error:
@@ -302,9 +316,11 @@ class BrokerConnection:
         if self._reader_task is not asyncio.current_task():
             self._reader_task.cancel()
         error = ConnectionClosedError(f"connection to {self.address} closed: {reason}")
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
         pending, self._pending = self._pending, {}
-        for future, timer in pending.values():
-            timer.cancel()
+        for future, *_ in pending.values():
             if not future.done():
                 future.set_exception(error)
         self._writer.close()

@@ -46,6 +46,8 @@ from riverbed.protocol.errors import ErrorCode, KafkaError
 
 __all__ = ["DeliveryFuture", "Producer", "ProducerStatus"]
 
+_time_ns = time.time_ns  # one lookup less per record
+
 
 @dataclass(frozen=True, slots=True)
 class ProducerStatus:
@@ -84,6 +86,8 @@ class Producer(AsyncClient):
             self.settings.batch_size, self.settings.delivery_timeout_ms
         )
         self._small_record_overhead_bytes = self._record_overhead_bytes + SMALL_LENGTH_BYTES
+        # Records from this size on take send()'s slow path: sized exactly and checked.
+        self._small_record_bytes = min(SMALL_RECORD_BYTES, self._record_bytes_max + 1)
 
     async def start(self) -> None:
         """Start the sender (send() also does, lazily)."""
@@ -120,22 +124,19 @@ class Producer(AsyncClient):
             size = self._small_record_overhead_bytes
             size += 1 if key is None else len(key) + SMALL_LENGTH_BYTES
             size += 1 if value is None else len(value) + SMALL_LENGTH_BYTES
-            if size >= SMALL_RECORD_BYTES:
-                size = record_size_bytes(key, value, header_tuple, self._record_overhead_bytes)
+            if timestamp_ms is not None:
+                size += TIMESTAMP_DELTA_BYTES_MAX  # any distance from the batch's first record
+            if size >= self._small_record_bytes:
+                size = self._checked_size(key, value, header_tuple, timestamp_ms)
         else:
             header_tuple = _headers(headers)
-            size = record_size_bytes(key, value, header_tuple, self._record_overhead_bytes)
-        if timestamp_ms is not None:
-            size += TIMESTAMP_DELTA_BYTES_MAX  # any distance from the batch's first record
-        if size > self._record_bytes_max:
-            raise MessageTooLargeError(
-                ErrorCode.MESSAGE_TOO_LARGE,
-                f"a record of ~{size} bytes exceeds max_request_size or buffer_memory",
-            )
+            size = self._checked_size(key, value, header_tuple, timestamp_ms)
         accumulator = self._accumulator
         queues = accumulator.queues.get(topic)
-        if queues is None or accumulator.buffered_bytes + size > self._buffer_memory:
+        buffered_bytes = accumulator.buffered_bytes + size
+        if queues is None or buffered_bytes > self._buffer_memory:
             queues = await self._wait_to_append(topic, size)
+            buffered_bytes = accumulator.buffered_bytes + size
         # From here to the return nothing awaits: the record is appended in one step.
         batch_size = self._batch_size
         if partition is None:
@@ -163,15 +164,29 @@ class Producer(AsyncClient):
                 key,
                 value,
                 header_tuple,
-                time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms,
+                _time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms,
             )
         )
-        batch.size_bytes += size
-        accumulator.buffered_bytes += size
-        if batch.size_bytes >= batch_size:
+        accumulator.buffered_bytes = buffered_bytes
+        batch_bytes = batch.size_bytes = batch.size_bytes + size
+        if batch_bytes >= batch_size:
             queue.open = None  # full: the sender takes it now
             self._sender.wake()
         return DeliveryFuture(batch, len(records) - 1)
+
+    def _checked_size(
+        self, key: bytes | None, value: bytes | None, headers: Headers, timestamp_ms: int | None
+    ) -> int:
+        """send()'s slow path for a record's size: exact, and checked against the limits."""
+        size = record_size_bytes(key, value, headers, self._record_overhead_bytes)
+        if timestamp_ms is not None:
+            size += TIMESTAMP_DELTA_BYTES_MAX  # any distance from the batch's first record
+        if size > self._record_bytes_max:
+            raise MessageTooLargeError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"a record of ~{size} bytes exceeds max_request_size or buffer_memory",
+            )
+        return size
 
     def _check_can_send(self) -> None:
         """The slow path of send()'s first check: closed, failed, or not started yet."""

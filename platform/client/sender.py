@@ -149,17 +149,24 @@ class Sender:
     # -- the loop -------------------------------------------------------------------------
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
+        # One timer, moved only when the next deadline comes earlier than it or it went off:
+        # deadlines mostly move later, and a timer that fires early only costs an idle pass.
+        timer: asyncio.TimerHandle | None = None
         try:
             await self._init_identity()
             while True:
                 self._wakeup.clear()
-                next_at = self._send_ready(loop.time())
+                now = loop.time()
+                next_at = self._send_ready(now)
                 if self._closing and not self._accumulator.incomplete:
                     return
-                timer = loop.call_at(next_at, self._wakeup.set) if next_at else None
+                if next_at is not None and (
+                    timer is None or timer.when() <= now or timer.when() > next_at
+                ):
+                    if timer is not None:
+                        timer.cancel()
+                    timer = loop.call_at(next_at, self._wakeup.set)
                 await self._wakeup.wait()
-                if timer is not None:
-                    timer.cancel()
         except asyncio.CancelledError:
             raise
         except BaseException as error:
@@ -169,6 +176,9 @@ class Sender:
             for batch in list(self._accumulator.incomplete):
                 self._finish(batch, error)
             raise
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     async def _init_identity(self) -> None:
         """InitProducerId, retried with backoff; without broker support idempotence is off
