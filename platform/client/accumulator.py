@@ -13,7 +13,6 @@ when someone asks for it (a frozen dataclass costs ~0.6 us, an asyncio future ~0
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from contextvars import Context
@@ -263,7 +262,7 @@ class RecordAccumulator:
         self.buffered_bytes = 0
         self.incomplete: set[ProducerBatch] = set()
         self._batches_created = 0
-        # Replaced by a fresh event at each release, so waiters see each release exactly once.
+        # Pulsed (set, then cleared) at each release: it wakes whoever waits at that moment.
         self._space_freed = asyncio.Event()
 
     def queues_for(self, topic: str, partition_count: int) -> list[PartitionQueue]:
@@ -294,25 +293,35 @@ class RecordAccumulator:
         if batch in self.incomplete:
             self.incomplete.discard(batch)
             self.buffered_bytes -= batch.size_bytes
-            space_freed, self._space_freed = self._space_freed, asyncio.Event()
-            space_freed.set()
+            self._space_freed.set()
+            self._space_freed.clear()
 
     async def wait_for_space(self, size_bytes: int, buffer_memory: int, deadline: float) -> None:
         """Return once `size_bytes` more fit in `buffer_memory` (loop time `deadline` at the
         latest: then KafkaTimeoutError). Reserves nothing: the caller appends right after,
         without awaiting in between."""
+        if self.buffered_bytes + size_bytes <= buffer_memory:
+            return
         loop = asyncio.get_running_loop()
-        while self.buffered_bytes + size_bytes > buffer_memory:
-            remaining_s = deadline - loop.time()
-            if remaining_s <= 0:
-                raise KafkaTimeoutError(
-                    f"buffer_memory ({buffer_memory} bytes) stayed full for max_block_ms"
-                )
-            space_freed = self._space_freed
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(remaining_s):
-                    await space_freed.wait()
+        space_freed = self._space_freed
+        # One timer for the whole wait (not one per release waited for): at the deadline it
+        # pulses the event so that the loop below sees the time is up.
+        timer = loop.call_at(deadline, _pulse, space_freed)
+        try:
+            while self.buffered_bytes + size_bytes > buffer_memory:
+                if loop.time() >= deadline:
+                    raise KafkaTimeoutError(
+                        f"buffer_memory ({buffer_memory} bytes) stayed full for max_block_ms"
+                    )
+                await space_freed.wait()
+        finally:
+            timer.cancel()
 
     def all_queues(self) -> Iterator[PartitionQueue]:
         for queues in self.queues.values():
             yield from queues
+
+
+def _pulse(event: asyncio.Event) -> None:
+    event.set()
+    event.clear()
