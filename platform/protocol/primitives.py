@@ -87,6 +87,8 @@ class Output:
 
 
 def read_uvarint(buf: memoryview, offset: int) -> tuple[int, int]:
+    if offset < len(buf) and buf[offset] < 0x80:  # the common case: one byte
+        return buf[offset], offset + 1
     value = 0
     for index in range(UVARINT_BYTES_MAX):
         if offset >= len(buf):
@@ -102,6 +104,9 @@ def read_uvarint(buf: memoryview, offset: int) -> tuple[int, int]:
 
 
 def write_uvarint(out: bytearray, value: int) -> None:
+    if 0 <= value < 0x80:  # the common case: one byte
+        out.append(value)
+        return
     if not 0 <= value <= 0xFFFFFFFF:
         raise ValueError(f"unsigned varint out of range: {value}")
     while value > 0x7F:
