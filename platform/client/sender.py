@@ -389,6 +389,10 @@ class Sender:
     def _on_produced(
         self, node_id: int, batches: list[ProducerBatch], answer: asyncio.Future[Any]
     ) -> None:
+        # Woken first, the sender runs before the send()s that the released batches unblock:
+        # it has full batches waiting, and the broker gets the next one before the producer
+        # refills the buffer (the callback runs to its end before either of them).
+        self.wake()
         # The connection resolves `answer` and never cancels it.
         try:
             error = answer.exception()
@@ -408,7 +412,6 @@ class Sender:
             # A bug in response handling: stop the producer loudly rather than lose records.
             self.fatal_error = bug
             log.exception("producer response handling failed")
-        self.wake()
 
     def _on_response(self, response: m.ProduceResponse, batches: list[ProducerBatch]) -> None:
         sent = {(b.tp.topic, b.tp.partition): b for b in batches}

@@ -2,9 +2,10 @@
 
 For each (api, version, request/response) the schema is compiled ONCE (cached) into a reader
 and a writer per struct, generated as straight-line Python from its fields, that call small
-closures for arrays, strings and bytes: the per-message work has no schema lookups. Decoding `records` yields a zero-copy `memoryview` slice of the input buffer
-(the produce path rewrites offsets in it in place); encoding emits a chunk list in which file
-regions stand for themselves so the server can `sendfile` them.
+closures for arrays, strings and bytes: the per-message work has no schema lookups. Decoding
+`records` yields a zero-copy `memoryview` slice of the input buffer (the produce path rewrites
+offsets in it in place); encoding emits a chunk list in which file regions stand for themselves
+so the server can `sendfile` them.
 
 Data schemas (`specs/data/`, classes in `data_messages`) go through the same compiled struct
 codecs: `encode_data` / `decode_data` handle the bare body, `versioned` the int16 version prefix.

@@ -93,9 +93,12 @@ async def handle_produce(
         # acks=0: the client expects no response at all (errors are only visible in logs).
         return None
     produce_response = m.ProduceResponse(responses=responses)
-    if pending:
+    if any(not item.committed.done() for item in pending):
         timeout_ms = min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX)
         return _respond_when_committed(ctx, produce_response, pending, timeout_ms)
+    # Committed already (the ISR is the leader alone, or the followers were ahead): answered
+    # now, without a parked coroutine.
+    _settle(pending, set(), 0)
     return produce_response
 
 
@@ -182,6 +185,11 @@ def _produce_partition(
 
 async def _wait_for_commits(pending: list[_Pending], timeout_ms: int) -> None:
     _, not_done = await asyncio.wait([p.committed for p in pending], timeout=timeout_ms / 1000)
+    _settle(pending, not_done, timeout_ms)
+
+
+def _settle(pending: list[_Pending], not_done: set[asyncio.Future[None]], timeout_ms: int) -> None:
+    """Each pending append's outcome in its response: committed, or why not."""
     for item in pending:
         future = item.committed
         if future in not_done:
