@@ -394,8 +394,12 @@ async def write_chunks(writer: asyncio.StreamWriter, chunks: list[Chunk]) -> Non
                 if writer.transport.is_closing():
                     # The client went away (loop.sendfile raises a bare RuntimeError for that).
                     raise ConnectionResetError("the client closed the connection")
-                with os.fdopen(chunk.fd, "rb", buffering=0, closefd=False) as file:
-                    await loop.sendfile(writer.transport, file, chunk.position, chunk.size)
+                sent = _sendfile_now(writer.transport, chunk)
+                if sent < chunk.size:  # the socket is full: let the loop wait for room
+                    with os.fdopen(chunk.fd, "rb", buffering=0, closefd=False) as file:
+                        await loop.sendfile(
+                            writer.transport, file, chunk.position + sent, chunk.size - sent
+                        )
             else:
                 writer.write(chunk)
                 # Only drain before a sendfile or at the end: small writes coalesce in the buffer.
@@ -405,6 +409,29 @@ async def write_chunks(writer: asyncio.StreamWriter, chunks: list[Chunk]) -> Non
         for chunk in chunks:
             if isinstance(chunk, FileRegion):
                 chunk.close()
+
+
+def _sendfile_now(transport: asyncio.WriteTransport, region: FileRegion) -> int:
+    """Send what the socket takes of `region` right now; the bytes sent.
+
+    asyncio's loop.sendfile always waits for the socket to be writable once more after its
+    os.sendfile, even when everything went: a loop iteration, four epoll and lseek calls and
+    its reading paused for each region, which is the time a follower waits for the records an
+    acks=all produce waits for. With nothing queued in the transport (else those bytes go
+    first, and loop.sendfile waits for them) the region goes straight to the socket, and only a
+    full socket falls back to the loop.
+    """
+    if transport.get_write_buffer_size():
+        return 0
+    fd = transport.get_extra_info("socket").fileno()
+    sent = 0
+    with contextlib.suppress(BlockingIOError):
+        while sent < region.size:
+            just_sent = os.sendfile(fd, region.fd, region.position + sent, region.size - sent)
+            if just_sent == 0:  # the file ends early: loop.sendfile meets the same end
+                break
+            sent += just_sent
+    return sent
 
 
 async def _write_region_tls(
