@@ -254,6 +254,16 @@ class KafkaServer:
             principal = certificate_principal(writer.get_extra_info("peercert"))
         return Session(principal, client_host, self.listener.name, self.listener.protocol)
 
+    def _log_idle(self, peer: object) -> None:
+        log_event(
+            log,
+            logging.INFO,
+            "client.connection_idle",
+            client=str(peer),
+            listener=self.listener.name,
+            idle_ms=self._limits.idle_ms_max,
+        )
+
     async def _serve(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: Session
     ) -> None:
@@ -275,6 +285,19 @@ class KafkaServer:
                 if event is NEED_DATA:
                     if self._stopping:
                         break
+                    if reading is None and not owed:
+                        # Nothing owed: only the client's bytes can come next, so they are
+                        # awaited alone (no read task and wait set per request).
+                        try:
+                            async with asyncio.timeout(last_activity_s + idle_s_max - loop.time()):
+                                data = await reader.read(READ_CHUNK_BYTES)
+                        except TimeoutError:
+                            self._log_idle(peer)
+                            break
+                        if not data:
+                            break
+                        connection.receive_data(data)
+                        continue
                     if reading is None:
                         reading = asyncio.create_task(reader.read(READ_CHUNK_BYTES))
                     waits: set[asyncio.Future[Any]] = {reading}
@@ -286,14 +309,7 @@ class KafkaServer:
                         waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
                     )
                     if not done:
-                        log_event(
-                            log,
-                            logging.INFO,
-                            "client.connection_idle",
-                            client=str(peer),
-                            listener=self.listener.name,
-                            idle_ms=self._limits.idle_ms_max,
-                        )
+                        self._log_idle(peer)
                         break
                     while owed and owed[0].task.done():
                         await self._write_owed_one(writer, owed.popleft())
