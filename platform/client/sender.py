@@ -536,9 +536,9 @@ class Sender:
     def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            # A bug in response handling: stop the producer loudly rather than lose records.
+            # A bug in connecting or refreshing: stop the producer loudly rather than hang.
             self.fatal_error = task.exception()
-            log.error("producer request task failed", exc_info=task.exception())
+            log.error("producer task failed", exc_info=task.exception())
             self.wake()
 
 
