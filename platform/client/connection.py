@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -74,6 +75,8 @@ class BrokerConnection:
         self._pending: dict[int, tuple[asyncio.Future[Any], float, str, int]] = {}
         # Goes off at the earliest deadline armed (see _write); None while nothing waits.
         self._deadline_timer: asyncio.TimerHandle | None = None
+        # acks=0 produce requests waiting for a full socket to drain (see _write).
+        self._draining: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(IN_FLIGHT_REQUESTS_MAX)
         self._versions: dict[int, int] = {}  # api key -> negotiated version
         self._close_callbacks: list[Callable[[BrokerConnection], None]] = []
@@ -252,19 +255,41 @@ class BrokerConnection:
         correlation_id, data = self._protocol.send_request(body, version)
         future: asyncio.Future[Any] = loop.create_future()
         if isinstance(body, m.ProduceRequest) and body.acks == 0:
-            future.set_result(None)
-        else:
-            deadline = loop.time() + timeout_ms / 1000
-            self._pending[correlation_id] = (future, deadline, type(body).__name__, timeout_ms)
-            # One timer for all requests, not one each: it is only moved earlier, and when it
-            # goes off it times out what is late and re-arms for what is not.
-            timer = self._deadline_timer
-            if timer is None or timer.when() > deadline:
-                if timer is not None:
-                    timer.cancel()
-                self._deadline_timer = loop.call_at(deadline, self._check_deadlines)
+            self._writer.write(data)
+            # Done once written, and written means the socket took it: past the transport's
+            # high-water mark it is done when drained, so a full socket still holds the caller
+            # back (its requests in flight stay counted until then).
+            transport = self._writer.transport
+            if transport.get_write_buffer_size() <= transport.get_write_buffer_limits()[1]:
+                future.set_result(None)
+            else:
+                drained = loop.create_task(self._writer.drain())
+                self._draining.add(drained)
+                drained.add_done_callback(functools.partial(self._drained, future))
+            return correlation_id, future
+        deadline = loop.time() + timeout_ms / 1000
+        self._pending[correlation_id] = (future, deadline, type(body).__name__, timeout_ms)
+        # One timer for all requests, not one each: it is only moved earlier, and when it goes
+        # off it times out what is late and re-arms for what is not.
+        timer = self._deadline_timer
+        if timer is None or timer.when() > deadline:
+            if timer is not None:
+                timer.cancel()
+            self._deadline_timer = loop.call_at(deadline, self._check_deadlines)
         self._writer.write(data)
         return correlation_id, future
+
+    def _drained(self, future: asyncio.Future[None], drained: asyncio.Task[None]) -> None:
+        self._draining.discard(drained)
+        if future.done():
+            return
+        if drained.cancelled():
+            future.set_exception(ConnectionClosedError(f"connection closed: {self.close_reason}"))
+        elif (error := drained.exception()) is not None:
+            self._shut(f"write failed: {error}")
+            future.set_exception(ConnectionClosedError(f"connection closed: {error}"))
+        else:
+            future.set_result(None)
 
     def _check_deadlines(self) -> None:
         self._deadline_timer = None
@@ -323,6 +348,8 @@ class BrokerConnection:
         for future, *_ in pending.values():
             if not future.done():
                 future.set_exception(error)
+        for drained in self._draining:
+            drained.cancel()  # its acks=0 request fails in _drained
         self._writer.close()
         callbacks, self._close_callbacks = self._close_callbacks, []
         for callback in callbacks:

@@ -135,6 +135,33 @@ async def test_acks_0_resolves_without_an_answer(broker: BrokerProcess) -> None:
         assert not producer.status().idempotent  # acks=0 turns default idempotence off
 
 
+async def test_acks_0_still_blocks_send_when_the_broker_reads_nothing(
+    broker: BrokerProcess,
+) -> None:
+    # An acks=0 batch counts as sent once written; written into a connection whose socket is
+    # full it must wait for room, or buffer.memory bounds nothing and the transport's buffer
+    # grows with every record.
+    accepted_bytes_max = 50_000_000  # buffer.memory, socket buffers and in-flight: far less
+    value = b"v" * 10_000
+    async with producer_for(
+        broker, acks=0, linger_ms=0, buffer_memory=1_000_000, max_block_ms=60_000
+    ) as producer:
+        await (await producer.send("fire-hose", value))
+        with paused(broker):
+            accepted = 0
+            blocked = False
+            while accepted < accepted_bytes_max:
+                sending = asyncio.ensure_future(producer.send("fire-hose", value))
+                done, _ = await asyncio.wait({sending}, timeout=1.0)
+                if not done:
+                    blocked = True
+                    break
+                accepted += len(value)
+            assert blocked, f"{accepted} bytes accepted while the broker read nothing"
+        await sending  # room again once the broker reads
+        await producer.flush()
+
+
 async def test_acks_all_waits_for_the_answer(broker: BrokerProcess) -> None:
     async with producer_for(broker, acks="all", linger_ms=0) as producer:
         await (await producer.send("acked", VALUE))
