@@ -225,10 +225,11 @@ class BrokerConnection:
 
         For a caller that bounds its own requests in flight (the producer's sender, at
         max.in.flight.requests.per.connection): no slot, no drain and no task per request, and
-        requests leave in call order. A ProduceRequest with acks=0 gets a future already
-        resolved to None. The future fails with ConnectionClosedError if the connection
-        closes first, and with TimeoutError after `timeout_ms` (the connection is then shut,
-        as after a request() that timed out).
+        requests leave in call order. A ProduceRequest with acks=0 gets no response: its future
+        resolves to None once the socket took the bytes (at once, unless the transport holds
+        more than its high-water mark). The future fails with ConnectionClosedError if the
+        connection closes first, and with TimeoutError after `timeout_ms` (the connection is
+        then shut, as after a request() that timed out).
         """
         return self._write(body, self.version_for(body.API_KEY), timeout_ms)[1]
 
