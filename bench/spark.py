@@ -259,19 +259,19 @@ def summarize(records: int, measured: dict[str, Any]) -> BenchResult:
     source, client = measured["data_source"], measured["client"]["ops"]
     seconds = {name: result["elapsed_s"] for name, result in {**source, **client}.items()}
     volumes = measured["bytes"]
+    rates = {
+        "count(), riverbed data source (pruned to `partition`)": "count",
+        "count(), data source, pruning off (every column)": "count_unpruned",
+        "groupBy(key).count(), riverbed data source (pruned to `key`)": "group_by",
+        "groupBy(key).count(), data source, pruning off (every column)": "group_by_unpruned",
+        "count(), consumed through the broker into a DataFrame": "client_count",
+        "groupBy(key).count(), consumed through the broker into a DataFrame": "client_group_by",
+    }
     headlines: list[Headline] = [
-        {"label": "count(), riverbed data source (pruned to `partition`)",
-         "value": records / seconds["count"], "unit": "records/s"},
-        {"label": "count(), data source, pruning off (every column)",
-         "value": records / seconds["count_unpruned"], "unit": "records/s"},
-        {"label": "groupBy(key).count(), riverbed data source (pruned to `key`)",
-         "value": records / seconds["group_by"], "unit": "records/s"},
-        {"label": "groupBy(key).count(), data source, pruning off (every column)",
-         "value": records / seconds["group_by_unpruned"], "unit": "records/s"},
-        {"label": "count(), consumed through the broker into a DataFrame",
-         "value": records / seconds["client_count"], "unit": "records/s"},
-        {"label": "groupBy(key).count(), consumed through the broker into a DataFrame",
-         "value": records / seconds["client_group_by"], "unit": "records/s"},
+        *(
+            {"label": label, "value": records / seconds[key], "unit": "records/s"}
+            for label, key in rates.items()
+        ),
         {"label": "column chunks read, every column", "value": volumes["full"] / 1e6,
          "unit": "MB"},
         {"label": "column chunks read, count() pruned", "value": volumes["count"] / 1e3,
