@@ -334,8 +334,10 @@ async def _wait_for_data(
             waiters.park(future)
             parked.append(waiters)
     try:
+        # Not shielded: a timeout cancels the future, which wake_all skips (it is unparked
+        # before the task yields again), and a shield would cost each wake a loop iteration.
         async with asyncio.timeout(timeout_s):
-            await asyncio.shield(future)
+            await future
     except TimeoutError:
         pass
     finally:

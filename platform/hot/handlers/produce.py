@@ -13,6 +13,7 @@ below the minimum meanwhile. acks=1 answers after the leader's own append.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -184,7 +185,18 @@ def _produce_partition(
 
 
 async def _wait_for_commits(pending: list[_Pending], timeout_ms: int) -> None:
-    _, not_done = await asyncio.wait([p.committed for p in pending], timeout=timeout_ms / 1000)
+    # Each future awaited in turn, not through asyncio.wait: that resumes this task one loop
+    # iteration later (its callback wakes a waiter, which wakes the task), and the commit is
+    # on the path of every acks=all answer.
+    try:
+        async with asyncio.timeout(timeout_ms / 1000):
+            for item in pending:
+                with contextlib.suppress(Exception):  # its outcome is _settle's to read
+                    await item.committed
+    except TimeoutError:
+        pass
+    # The timeout cancelled the future it interrupted; those after it are still pending.
+    not_done = {p.committed for p in pending if p.committed.cancelled() or not p.committed.done()}
     _settle(pending, not_done, timeout_ms)
 
 
