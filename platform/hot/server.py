@@ -352,6 +352,9 @@ class KafkaServer:
                         await self._write_owed(writer, owed)  # earlier requests answer first
                         await _write_response(writer, outcome)
                         self._timed(request_type, received_s)
+                        # A fetch long-polled past connections.max.idle.ms was activity until
+                        # now: the idle clock starts from its answer, not from its request.
+                        last_activity_s = loop.time()
                 elif isinstance(event, UnsupportedApiVersionsRequest):
                     await self._write_owed(writer, owed)
                     writer.write(

@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from typing import Final
 
 from riverbed import Consumer, Producer, TopicPartition
+from riverbed.protocol import messages as m
+from riverbed.protocol.connection import ClientConnection
 
 from tests.support.broker import HOST, BrokerFactory
 
@@ -138,3 +140,56 @@ async def test_idle_and_slow_loris_connections_are_closed(broker_factory: Broker
     # connections idle for 4 s were closed too, as Kafka does; clients reconnect on demand.)
     idle_lines = [line for line in broker.log_tail(400).splitlines() if "connection_idle" in line]
     assert all(any(f", {port})" in line for line in idle_lines) for port in silent_ports)
+
+
+def _receive_frame(sock: socket.socket) -> bytes:
+    head = sock.recv(4, socket.MSG_WAITALL)
+    assert len(head) == 4, "the broker closed the connection"
+    (size,) = struct.unpack(">i", head)
+    body = sock.recv(size, socket.MSG_WAITALL)
+    assert len(body) == size, "the broker closed the connection"
+    return body
+
+
+async def test_a_long_poll_longer_than_the_idle_time_is_not_idleness(
+    broker_factory: BrokerFactory,
+) -> None:
+    """A fetch parked for longer than connections.max.idle.ms keeps its connection (and the
+    broker does not spin on the idle clock meanwhile); answered and then silent, the
+    connection is closed the idle time after the answer, not at once (the clock had been
+    running from the request: the connection was closed as soon as the answer was written)."""
+    broker = broker_factory({"connections.max.idle.ms": "1000"})
+    async with Producer(bootstrap_servers=broker.bootstrap, acks="all") as producer:
+        await producer.send_and_wait("parked", b"only", partition=0)
+    parked_ms = 2500
+    fetch = m.FetchRequest(
+        max_wait_ms=parked_ms,
+        min_bytes=1,
+        max_bytes=1024 * 1024,
+        topics=[
+            m.FetchRequest.FetchTopic(
+                topic="parked",
+                partitions=[
+                    m.FetchRequest.FetchPartition(
+                        partition=0, fetch_offset=1, partition_max_bytes=1024 * 1024
+                    )
+                ],
+            )
+        ],
+    )
+    _, request = ClientConnection(client_id="long-poll").send_request(fetch, 4)
+    sock = connect(broker.port)
+    try:
+        cpu_before_s = broker.cpu_seconds()
+        started = time.monotonic()
+        sock.sendall(request)
+        sock.settimeout(parked_ms / 1000 + 10)
+        await asyncio.to_thread(_receive_frame, sock)  # the empty answer, after the long poll
+        assert parked_ms / 1000 - 0.2 <= time.monotonic() - started < parked_ms / 1000 + 3
+        # An idle check spinning on a deadline already past would burn the whole wait.
+        assert broker.cpu_seconds() - cpu_before_s < 1.0
+        answered = time.monotonic()
+        assert await asyncio.to_thread(closed_by_peer, sock, 5.0)
+        assert 0.8 <= time.monotonic() - answered < 4.0
+    finally:
+        sock.close()

@@ -201,6 +201,12 @@ class BrokerProcess:
                 return int(line.split()[1]) * PAGE_BYTES
         raise RuntimeError(f"no VmRSS line in /proc/{self.pid}/status")
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the broker process (all its threads), from /proc."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        # After the command name: state is field 3, so utime (14) and stime (15) are at 11, 12.
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def partition_dir(self, topic: str, partition: int) -> Path:
         """The directory holding one partition's segments (Kafka's `<topic>-<partition>`)."""
         name = f"{topic}-{partition}"
