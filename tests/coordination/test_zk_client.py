@@ -26,7 +26,7 @@ from riverbed.coordination.zk import (
 )
 
 from tests.support.waiting import WAIT_S, eventually
-from tests.support.zookeeper import expire_session, new_test_server
+from tests.support.zookeeper import expire_session, new_test_server, restart_proof_connect
 
 
 @pytest.fixture
@@ -149,7 +149,8 @@ async def test_reconnects_after_restart_without_blocking_the_loop(
     own_server: EmbeddedZooKeeper,
 ) -> None:
     states: list[ConnectionState] = []
-    async with AsyncZooKeeper(own_server.connect_string + "/r", session_timeout_ms=10_000) as zk:
+    connect = restart_proof_connect(own_server, "/r")
+    async with AsyncZooKeeper(connect, session_timeout_ms=10_000) as zk:
         zk.add_state_listener(states.append)
         await zk.ensure_path("/topics")
         seen: list[list[str]] = []

@@ -31,7 +31,7 @@ from tests.replication.fault_support import (
     wait_for_state,
 )
 from tests.support.cluster import ClusterFactory, partition_state
-from tests.support.zookeeper import new_test_server
+from tests.support.zookeeper import new_test_server, restart_proof_connect
 
 # Longer than elsewhere: after the outage, each broker must reconnect within its session
 # timeout (counted from ZooKeeper's restart) for its session to survive, whatever the load.
@@ -79,7 +79,7 @@ def own_zookeeper(tmp_path: Path) -> Iterator[DedicatedZooKeeper]:
 
 @pytest.fixture
 def zk_connect(own_zookeeper: DedicatedZooKeeper) -> str:
-    return f"{own_zookeeper.server.connect_string}/outage"
+    return restart_proof_connect(own_zookeeper.server, "/outage")
 
 
 def same_roles(a: PartitionDescription, b: PartitionDescription) -> bool:
