@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from riverbed.log_events import FieldValue
 from riverbed.log_events import event as log_event
 from riverbed.protocol import messages as m
 from riverbed.protocol.connection import (
@@ -191,14 +192,7 @@ class KafkaServer:
         client_host = str(peer[0]) if isinstance(peer, tuple) else ""
         refused = self._quotas.admit(client_host)
         if refused is not None:
-            log_event(
-                log,
-                logging.WARNING,
-                "client.connection_refused",
-                client=str(peer),
-                listener=self.listener.name,
-                reason=refused,
-            )
+            self._log_client(logging.WARNING, "client.connection_refused", peer, reason=refused)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -236,16 +230,6 @@ class KafkaServer:
         if self._response_sent is not None:
             self._response_sent(request_type, time.perf_counter() - received_s)
 
-    def _log_refusal(self, peer: object, session: Session, reason: str) -> None:
-        log_event(
-            log,
-            logging.WARNING,
-            "client.authentication_failed",
-            client=str(peer),
-            listener=self.listener.name,
-            reason=reason,
-        )
-
     def _session(self, writer: asyncio.StreamWriter, client_host: str) -> Session:
         """The connection's identity before any SASL exchange: a TLS client certificate's
         subject on TLS listeners (Kafka's default principal builder), else ANONYMOUS."""
@@ -255,14 +239,13 @@ class KafkaServer:
         return Session(principal, client_host, self.listener.name, self.listener.protocol)
 
     def _log_idle(self, peer: object) -> None:
-        log_event(
-            log,
-            logging.INFO,
-            "client.connection_idle",
-            client=str(peer),
-            listener=self.listener.name,
-            idle_ms=self._limits.idle_ms_max,
+        self._log_client(
+            logging.INFO, "client.connection_idle", peer, idle_ms=self._limits.idle_ms_max
         )
+
+    def _log_client(self, level: int, name: str, peer: object, **fields: FieldValue) -> None:
+        """A structured event about one client connection of this listener."""
+        log_event(log, level, name, client=str(peer), listener=self.listener.name, **fields)
 
     async def _serve(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, session: Session
@@ -330,7 +313,12 @@ class KafkaServer:
                                     writer, encode_response(event.header, decision.body)
                                 )
                             if isinstance(decision, RespondAndClose | Close):
-                                self._log_refusal(peer, session, decision.reason)
+                                self._log_client(
+                                    logging.WARNING,
+                                    "client.authentication_failed",
+                                    peer,
+                                    reason=decision.reason,
+                                )
                                 break
                             if authenticator.principal is not None and not authenticated:
                                 authenticated = True
@@ -364,12 +352,8 @@ class KafkaServer:
                     )
                     await writer.drain()
                 elif isinstance(event, CloseConnection):
-                    log_event(
-                        log,
-                        logging.WARNING,
-                        "client.connection_closed",
-                        client=str(peer),
-                        reason=event.reason,
+                    self._log_client(
+                        logging.WARNING, "client.connection_closed", peer, reason=event.reason
                     )
                     break
                 else:  # pragma: no cover - the protocol object returns only the events above
