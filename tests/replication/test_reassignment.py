@@ -56,6 +56,18 @@ async def consume_all(bootstrap: str, expected: int) -> list[bytes]:
     return values
 
 
+async def led_by(cluster: TestCluster, leader: int) -> None:
+    """Wait until Metadata shows `leader` leading partition 0. ElectLeaders answers once the
+    controller has written the election to ZooKeeper; each broker's metadata follows through its
+    watches a moment later (as in Kafka), so the broker asked next may still show the old one."""
+
+    async def leading() -> PartitionDescription | None:
+        state = await partition_state(cluster.bootstrap, TOPIC, 0)
+        return state if state.leader == leader else None
+
+    await cluster.wait_for(leading, WAIT_S, what=f"broker {leader} leading")
+
+
 async def settled(cluster: TestCluster, replicas: tuple[int, ...]) -> PartitionDescription:
     """Wait until the partition has exactly `replicas`, all in sync, led by one of them, and
     no reassignment is listed."""
@@ -211,8 +223,7 @@ async def test_preferred_leader_election_after_a_failover(
 
     async with Admin(bootstrap_servers=cluster.bootstrap) as admin:
         assert await admin.elect_leaders([tp]) == {tp: None}
-        state = await partition_state(cluster.bootstrap, TOPIC, 0)
-        assert state.leader == preferred
+        await led_by(cluster, preferred)
         again = await admin.elect_leaders()
         assert again[tp] is not None and again[tp].code == ErrorCode.ELECTION_NOT_NEEDED
         unclean = await admin.elect_leaders([tp], election="unclean")
@@ -286,7 +297,7 @@ async def test_cli_reassigns_with_progress_and_elects(
     assert json.loads(elected.stdout) == [
         {"topic": TOPIC, "partition": 0, "error": None, "message": None}
     ]
-    assert (await partition_state(cluster.bootstrap, TOPIC, 0)).leader == target[0]
+    await led_by(cluster, target[0])
 
 
 async def test_confluent_kafka_elects_preferred_leaders(cluster_factory: ClusterFactory) -> None:
@@ -314,7 +325,7 @@ async def test_confluent_kafka_elects_preferred_leaders(cluster_factory: Cluster
     results = await asyncio.to_thread(elect)
     assert [(tp.topic, tp.partition) for tp in results] == [(TOPIC, 0)]
     assert list(results.values()) == [None]
-    assert (await partition_state(cluster.bootstrap, TOPIC, 0)).leader == preferred
+    await led_by(cluster, preferred)
 
 
 async def test_throttled_move_copies_at_the_capped_rate(cluster_factory: ClusterFactory) -> None:
