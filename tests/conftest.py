@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.broker import broker, broker_factory  # noqa: F401
 from tests.support.cluster import cluster_factory  # noqa: F401
-from tests.support.zookeeper import zk_chroot, zookeeper  # noqa: F401
+from tests.support.zookeeper import own_zookeeper, zk_chroot, zookeeper  # noqa: F401
 
 
 @pytest.fixture

@@ -9,14 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Final
 
 import pytest
 from riverbed.client.admin import PartitionDescription
-from riverbed.coordination.embedded_zk import EmbeddedZooKeeper
 
 from tests.replication.fault_support import (
     SETTINGS,
@@ -31,7 +27,10 @@ from tests.replication.fault_support import (
     wait_for_state,
 )
 from tests.support.cluster import ClusterFactory, partition_state
-from tests.support.zookeeper import new_test_server, restart_proof_connect
+from tests.support.zookeeper import (
+    DedicatedZooKeeper,
+    restart_proof_connect,
+)
 
 # Longer than elsewhere: after the outage, each broker must reconnect within its session
 # timeout (counted from ZooKeeper's restart) for its session to survive, whatever the load.
@@ -43,38 +42,6 @@ OUTAGE_SETTINGS: Final = {
 }
 # A short outage, then one half as long again as the brokers' session timeout.
 OUTAGES_S: Final = (2.0, 1.5 * OUTAGE_SESSION_TIMEOUT_MS / 1000)
-
-
-class DedicatedZooKeeper:
-    """A ZooKeeper server for one test, stopped and started from one long-lived thread: the
-    server is killed when the thread that started it ends (PR_SET_PDEATHSIG)."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.server: EmbeddedZooKeeper = new_test_server(data_dir)
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zookeeper")
-
-    async def start(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._thread, self.server.start)
-
-    async def stop(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._thread, self.server.stop)
-
-    def start_blocking(self) -> None:
-        self._thread.submit(self.server.start).result()
-
-    def close(self) -> None:
-        self._thread.submit(self.server.stop).result()
-        self._thread.shutdown()
-
-
-@pytest.fixture
-def own_zookeeper(tmp_path: Path) -> Iterator[DedicatedZooKeeper]:
-    zookeeper = DedicatedZooKeeper(tmp_path / "zookeeper")
-    zookeeper.start_blocking()
-    try:
-        yield zookeeper
-    finally:
-        zookeeper.close()
 
 
 @pytest.fixture

@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 
-import pytest
 from riverbed.coordination.zk import AsyncZooKeeper
 from riverbed.security.acl import (
     AclBinding,
@@ -28,7 +25,10 @@ from riverbed.security.acl_layout import decode_acls, decode_change, encode_chan
 from riverbed.security.acl_store import AclStore, AclWrite
 
 from tests.support.waiting import eventually
-from tests.support.zookeeper import expire_session, new_test_server
+from tests.support.zookeeper import (
+    DedicatedZooKeeper,
+    expire_session,
+)
 
 TOPIC = ResourcePattern(ResourceType.TOPIC, "orders")
 PREFIXED_GROUP = ResourcePattern(ResourceType.GROUP, "team-", PatternType.PREFIXED)
@@ -247,40 +247,14 @@ async def test_a_malformed_change_keeps_what_was_known(zk_chroot: str) -> None:
         assert cache.snapshot.entries(TOPIC) == {DENY}
 
 
-class DedicatedZooKeeper:
-    """A ZooKeeper server of one test, stopped and started from one long-lived thread (the
-    server dies with the thread that started it)."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.server = new_test_server(data_dir)
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zookeeper")
-
-    async def run(self, action: Callable[[], None]) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._thread, action)
-
-    def close(self) -> None:
-        self._thread.submit(self.server.stop).result()
-        self._thread.shutdown()
-
-
-@pytest.fixture
-def own_zookeeper(tmp_path: Path) -> Iterator[DedicatedZooKeeper]:
-    zookeeper = DedicatedZooKeeper(tmp_path / "zookeeper")
-    zookeeper._thread.submit(zookeeper.server.start).result()
-    try:
-        yield zookeeper
-    finally:
-        zookeeper.close()
-
-
 async def test_decisions_go_on_while_zookeeper_is_down(own_zookeeper: DedicatedZooKeeper) -> None:
     connect = f"{own_zookeeper.server.connect_string}/acl-outage"
     async with broker_side(connect) as (_, cache, store):
         assert await store.wait_applied([await store.update(TOPIC, adding(READ))])
-        await own_zookeeper.run(own_zookeeper.server.stop)
+        await own_zookeeper.stop()
         await asyncio.sleep(1.0)
         assert cache.snapshot.entries(TOPIC) == {READ}
-        await own_zookeeper.run(own_zookeeper.server.start)
+        await own_zookeeper.start()
         async with AsyncZooKeeper(connect) as zk_2:
             other = AclStore(zk_2, AclCache(zk_2))
             await other.update(TOPIC, adding(DENY))

@@ -5,7 +5,8 @@ Re-export from a conftest.py:
     from tests.support.zookeeper import zk_chroot, zookeeper  # noqa: F401
 
 The server is cached at module level, so importing these fixtures into several conftest files
-still starts a single server. Tests that stop ZooKeeper must start their own EmbeddedZooKeeper.
+still starts a single server. Tests that stop ZooKeeper use a server of their own: the
+`own_zookeeper` fixture (import it into the test module).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -29,6 +32,39 @@ _server: EmbeddedZooKeeper | None = None
 def new_test_server(data_dir: Path) -> EmbeddedZooKeeper:
     """A server configured for tests (short ticks, no fsync); not yet started."""
     return EmbeddedZooKeeper(data_dir, tick_time_ms=TEST_TICK_TIME_MS, fsync=False)
+
+
+class DedicatedZooKeeper:
+    """A ZooKeeper server of one test, stopped and started from one long-lived thread: the
+    server is killed when the thread that started it ends (PR_SET_PDEATHSIG)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.server: EmbeddedZooKeeper = new_test_server(data_dir)
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zookeeper")
+
+    async def start(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._thread, self.server.start)
+
+    async def stop(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._thread, self.server.stop)
+
+    def start_blocking(self) -> None:
+        self._thread.submit(self.server.start).result()
+
+    def close(self) -> None:
+        self._thread.submit(self.server.stop).result()
+        self._thread.shutdown()
+
+
+@pytest.fixture
+def own_zookeeper(tmp_path: Path) -> Iterator[DedicatedZooKeeper]:
+    """A started ZooKeeper server for this test alone, which it may stop and start."""
+    zookeeper = DedicatedZooKeeper(tmp_path / "zookeeper")
+    zookeeper.start_blocking()
+    try:
+        yield zookeeper
+    finally:
+        zookeeper.close()
 
 
 def restart_proof_connect(server: EmbeddedZooKeeper, chroot: str) -> str:

@@ -15,12 +15,13 @@ filter naming one pattern exactly also reads it from ZooKeeper, as Kafka's does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, Protocol, TypeVar
 
 from riverbed.hot.handlers.context import BrokerContext
+from riverbed.hot.handlers.zookeeper_bound import zookeeper_bound
 from riverbed.protocol import messages as m
-from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.security.access import Access
 from riverbed.security.acl import (
     AclBinding,
@@ -97,7 +98,10 @@ async def handle_create_acls(
         return m.CreateAclsResponse(results=results)
     assert ctx.acl_store is not None
     valid = _parse_each(request.creations, _binding, results, "Failed to create ACL: ")
-    outcomes = await ctx.acl_store.create([binding for _, binding in valid])
+    creating = ctx.acl_store.create([binding for _, binding in valid])
+    outcomes = await _bounded(ctx, "creating ACLs", creating, valid, results)
+    if outcomes is None:
+        return m.CreateAclsResponse(results=results)
     for (index, binding), failure in zip(valid, outcomes, strict=True):
         if failure is not None:
             results[index].error_code = ErrorCode.UNKNOWN_SERVER_ERROR
@@ -116,7 +120,10 @@ async def handle_delete_acls(
         return m.DeleteAclsResponse(filter_results=results)
     assert ctx.acl_store is not None
     valid = _parse_each(request.filters, _binding_filter, results, "")
-    deleted = await ctx.acl_store.delete([wanted for _, wanted in valid])
+    deleting = ctx.acl_store.delete([wanted for _, wanted in valid])
+    deleted = await _bounded(ctx, "deleting ACLs", deleting, valid, results)
+    if deleted is None:
+        return m.DeleteAclsResponse(filter_results=results)
     for (index, _), deletions in zip(valid, deleted, strict=True):
         results[index].matching_acls = [_matching(deletion) for deletion in deletions]
     return m.DeleteAclsResponse(filter_results=results)
@@ -149,6 +156,25 @@ def _refusal(store: AclStore | None, access: Access, doing: str) -> tuple[int, s
 class _EntryResult(Protocol):
     error_code: int
     error_message: str | None
+
+
+async def _bounded(
+    ctx: BrokerContext,
+    what: str,
+    call: Awaitable[T],
+    valid: Sequence[tuple[int, object]],
+    results: Sequence[_EntryResult],
+) -> T | None:
+    """The store's answer; None once ZooKeeper did not answer in time (or the connection was
+    lost), with that error set on the result of every entry the store was given."""
+    try:
+        async with zookeeper_bound(ctx.config, what):
+            return await call
+    except KafkaError as error:
+        for index, _ in valid:
+            results[index].error_code = error.code
+            results[index].error_message = str(error)
+        return None
 
 
 def _parse_each(

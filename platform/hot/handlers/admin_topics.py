@@ -11,6 +11,7 @@ import uuid
 
 from riverbed.configs import ConfigError, validate_topic_configs
 from riverbed.hot.handlers.context import BrokerContext
+from riverbed.hot.handlers.zookeeper_bound import zookeeper_bound
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.security.access import Access
@@ -41,7 +42,13 @@ async def handle_create_topics(
                 raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             if topic.name in config_denied:
                 result.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            topic_id = await _create_topic(ctx, topic, validate_only=request.validate_only)
+            async with zookeeper_bound(
+                ctx.config,
+                f"creating topic {topic.name!r}",
+                timeout_ms=request.timeout_ms,
+                lost=ErrorCode.NOT_CONTROLLER,
+            ):
+                topic_id = await _create_topic(ctx, topic, validate_only=request.validate_only)
         except KafkaError as error:
             result.error_code = error.code
             result.error_message = error.message or None
@@ -146,7 +153,13 @@ async def handle_delete_topics(
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name else ErrorCode.UNKNOWN_TOPIC_ID
                 raise KafkaError(code, f"unknown topic {name or topic_id}")
             result.name, result.topic_id = metadata.name, metadata.topic_id
-            await ctx.store.delete_topic(metadata.name)
+            async with zookeeper_bound(
+                ctx.config,
+                f"deleting topic {metadata.name!r}",
+                timeout_ms=request.timeout_ms,
+                lost=ErrorCode.NOT_CONTROLLER,
+            ):
+                await ctx.store.delete_topic(metadata.name)
         except KafkaError as error:
             result.error_code = error.code
             result.error_message = error.message or None

@@ -35,6 +35,7 @@ from riverbed.configs import (
 )
 from riverbed.hot.handlers.context import BrokerContext
 from riverbed.hot.handlers.describe_configs import config_refusal
+from riverbed.hot.handlers.zookeeper_bound import zookeeper_bound
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.security.access import Access
@@ -150,9 +151,10 @@ async def _alter_broker_defaults(
             f"{', '.join(DYNAMIC_BROKER_CONFIGS)}, which are set cluster-wide: use the default "
             "broker entity (an empty resource name)",
         )
-    overrides = await ctx.store.update_broker_default_config(
-        functools.partial(change, DYNAMIC_BROKER_CONFIGS), validate_only=validate_only
-    )
+    async with zookeeper_bound(ctx.config, "altering the default broker configs"):
+        overrides = await ctx.store.update_broker_default_config(
+            functools.partial(change, DYNAMIC_BROKER_CONFIGS), validate_only=validate_only
+        )
     if not validate_only:
         await ctx.wait_until(
             lambda: dict(ctx.cache.broker_default_configs) == overrides,
@@ -171,9 +173,10 @@ async def _alter_topic(
     if metadata is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
     # A conditional read-modify-write in ZooKeeper; ConfigError is INVALID_CONFIG.
-    overrides = await ctx.store.update_topic_config(
-        name, functools.partial(change, TOPIC_CONFIGS), validate_only=validate_only
-    )
+    async with zookeeper_bound(ctx.config, f"altering the configs of topic {name!r}"):
+        overrides = await ctx.store.update_topic_config(
+            name, functools.partial(change, TOPIC_CONFIGS), validate_only=validate_only
+        )
     if validate_only:
         return
 

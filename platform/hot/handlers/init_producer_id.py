@@ -15,6 +15,7 @@ from riverbed.coordination.layout import MalformedZnodeError
 from riverbed.coordination.producer_ids import ProducerIdClaimError, ProducerIdsExhaustedError
 from riverbed.coordination.zk import ZkError
 from riverbed.hot.handlers.context import BrokerContext
+from riverbed.hot.handlers.zookeeper_bound import zookeeper_bound
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.security.access import Access
@@ -40,9 +41,15 @@ async def handle_init_producer_id(
     ):
         return _error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     try:
-        producer_id, epoch = await ctx.producer_ids.init_producer(
-            request.producer_id, request.producer_epoch
-        )
+        async with zookeeper_bound(
+            ctx.config,
+            "claiming a producer id block",
+            timed_out=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            lost=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ):
+            producer_id, epoch = await ctx.producer_ids.init_producer(
+                request.producer_id, request.producer_epoch
+            )
     except KafkaError as error:
         log.info("InitProducerId refused: %s", error)
         return _error(error.code)

@@ -9,6 +9,7 @@ when a short wait ends; clients retry Metadata on that error.
 from __future__ import annotations
 
 from riverbed.hot.handlers.context import BrokerContext
+from riverbed.hot.handlers.zookeeper_bound import zookeeper_bound
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.security.access import Access
@@ -151,16 +152,19 @@ async def _auto_create(ctx: BrokerContext, names: list[str], allowed: bool) -> l
         if ctx.cache.topic(name) is not None:
             continue
         try:
-            await ctx.store.create_topic(
-                name,
-                num_partitions=ctx.config.num_partitions,
-                replication_factor=ctx.config.default_replication_factor,
-                configs={},
-                live_broker_ids=sorted(ctx.cache.brokers()),
-            )
+            async with zookeeper_bound(ctx.config, f"auto-creating topic {name!r}"):
+                await ctx.store.create_topic(
+                    name,
+                    num_partitions=ctx.config.num_partitions,
+                    replication_factor=ctx.config.default_replication_factor,
+                    configs={},
+                    live_broker_ids=sorted(ctx.cache.brokers()),
+                )
         except KafkaError as error:
             if error.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                continue  # An illegal name: reported as unknown below, like Kafka.
+                # An illegal name, or ZooKeeper out of reach: reported as unknown below (the
+                # client asks again), like Kafka.
+                continue
         created.append(name)
     return created
 

@@ -1,0 +1,62 @@
+"""ZooKeeper work done for a client's request: bounded in time, and answered with an error code.
+
+While ZooKeeper is unreachable, kazoo keeps a request queued until it reconnects, and a request in
+flight when the connection drops (or the session expires) fails. A handler that awaited either
+as it is would hold its client's connection for as long as the outage lasts, or raise out of
+the handler and get the connection closed. Instead, a handler wraps its ZooKeeper work in
+`zookeeper_bound`, and the client gets a Kafka error code it knows how to retry:
+
+- no answer within the bound: `timed_out` (REQUEST_TIMED_OUT unless the API has a better one).
+  As with Kafka's REQUEST_TIMED_OUT, the change may still be applied once ZooKeeper is back;
+- the connection or session was lost mid-call: `lost` (e.g. NOT_CONTROLLER for the controller's
+  APIs, since a broker whose session expired may no longer be the controller).
+
+The bound is the request's own timeout when it has one, and never more than
+zookeeper.session.timeout.ms: past that, ZooKeeper has expired the session of a broker that
+could not reach it, so waiting longer is waiting for a new session, not riding out a blip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from riverbed.configs import BrokerConfig
+from riverbed.coordination.zk import ZkConnectionError
+from riverbed.protocol.errors import ErrorCode, KafkaError
+
+
+@contextlib.asynccontextmanager
+async def zookeeper_bound(
+    config: BrokerConfig,
+    what: str,
+    *,
+    timeout_ms: int | None = None,
+    timed_out: ErrorCode = ErrorCode.REQUEST_TIMED_OUT,
+    lost: ErrorCode = ErrorCode.REQUEST_TIMED_OUT,
+) -> AsyncIterator[None]:
+    """Run the block within the bound; KafkaError(`timed_out`) after it, KafkaError(`lost`) on
+    a lost connection or session. `what` names the work in the error message ("creating topic
+    'orders'"). `timeout_ms` <= 0 or None: the session timeout alone."""
+    bound_ms = config.zookeeper_session_timeout_ms
+    if timeout_ms is not None and timeout_ms > 0:
+        bound_ms = min(bound_ms, timeout_ms)
+    bound = asyncio.timeout(bound_ms / 1000)
+    try:
+        async with bound:
+            yield
+    except TimeoutError as error:
+        if not bound.expired():
+            raise
+        raise KafkaError(
+            timed_out,
+            f"{what}: ZooKeeper did not answer within {bound_ms} ms (the change may still be "
+            "applied when it does)",
+        ) from error
+    except ZkConnectionError as error:
+        raise KafkaError(
+            lost,
+            f"{what}: the connection to ZooKeeper was lost ({error}); the change may or may "
+            "not have been applied",
+        ) from error
