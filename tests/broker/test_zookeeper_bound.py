@@ -4,6 +4,7 @@ and a lost connection becomes the error code the handler names."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Final
 
@@ -52,6 +53,20 @@ async def test_zookeeper_down_times_out_at_the_bound(
         f"creating topic 'x': ZooKeeper did not answer within {bound_ms} ms"
     )
     assert bound_ms / 1000 <= took_s < bound_ms / 1000 + LATE_S
+
+
+async def test_the_bound_runs_from_when_the_request_started(
+    own_zookeeper: DedicatedZooKeeper,
+) -> None:
+    async with AsyncZooKeeper(f"{own_zookeeper.server.connect_string}/bound") as zk:
+        await own_zookeeper.stop()
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(KafkaError) as raised:
+            async with zookeeper_bound(CONFIG, "x", timeout_ms=1_000, started_s=started - 0.8):
+                await zk.get("/")
+        took_s = asyncio.get_running_loop().time() - started
+    assert raised.value.code == ErrorCode.REQUEST_TIMED_OUT
+    assert 0.2 <= took_s < 0.2 + LATE_S
 
 
 async def test_a_lost_connection_is_the_code_given(zk_chroot: str) -> None:

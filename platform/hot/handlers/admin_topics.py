@@ -7,6 +7,7 @@ the change, so a client that creates a topic and produces right away finds it.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from riverbed.configs import ConfigError, validate_topic_configs
@@ -30,6 +31,7 @@ async def handle_create_topics(
     """Needs CREATE on the cluster, or on each topic (TOPIC_AUTHORIZATION_FAILED); topics the
     principal may not DESCRIBE_CONFIGS also get that code as their topic config error (v5+),
     as in Kafka. Checked on the controller only, after NOT_CONTROLLER."""
+    started_s = asyncio.get_running_loop().time()
     results = []
     created = []
     denied, config_denied = _create_refusals(ctx, request, access)
@@ -46,6 +48,7 @@ async def handle_create_topics(
                 ctx.config,
                 f"creating topic {topic.name!r}",
                 timeout_ms=request.timeout_ms,
+                started_s=started_s,
                 lost=ErrorCode.NOT_CONTROLLER,
             ):
                 topic_id = await _create_topic(ctx, topic, validate_only=request.validate_only)
@@ -138,6 +141,7 @@ async def handle_delete_topics(
         if version >= 6
         else [(name, ZERO_UUID) for name in request.topic_names]
     )
+    started_s = asyncio.get_running_loop().time()
     results = []
     deleted = []
     for name, topic_id in wanted:
@@ -157,6 +161,7 @@ async def handle_delete_topics(
                 ctx.config,
                 f"deleting topic {metadata.name!r}",
                 timeout_ms=request.timeout_ms,
+                started_s=started_s,
                 lost=ErrorCode.NOT_CONTROLLER,
             ):
                 await ctx.store.delete_topic(metadata.name)

@@ -33,16 +33,21 @@ async def zookeeper_bound(
     what: str,
     *,
     timeout_ms: int | None = None,
+    started_s: float | None = None,
     timed_out: ErrorCode = ErrorCode.REQUEST_TIMED_OUT,
     lost: ErrorCode = ErrorCode.REQUEST_TIMED_OUT,
 ) -> AsyncIterator[None]:
     """Run the block within the bound; KafkaError(`timed_out`) after it, KafkaError(`lost`) on
     a lost connection or session. `what` names the work in the error message ("creating topic
-    'orders'"). `timeout_ms` <= 0 or None: the session timeout alone."""
+    'orders'"). `timeout_ms` <= 0 or None: the session timeout alone. The bound runs from
+    `started_s` (loop time; now by default): a request doing several pieces of ZooKeeper work
+    (CreateTopics of many topics) passes when it started, so together they keep to its timeout."""
     bound_ms = config.zookeeper_session_timeout_ms
     if timeout_ms is not None and timeout_ms > 0:
         bound_ms = min(bound_ms, timeout_ms)
-    bound = asyncio.timeout(bound_ms / 1000)
+    if started_s is None:
+        started_s = asyncio.get_running_loop().time()
+    bound = asyncio.timeout_at(started_s + bound_ms / 1000)
     try:
         async with bound:
             yield
