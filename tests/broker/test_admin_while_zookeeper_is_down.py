@@ -147,3 +147,62 @@ async def test_zookeeper_writes_are_answered_with_retriable_errors_while_it_is_d
         assert answer.error_code == ErrorCode.NONE and answer.producer_id >= 0
     finally:
         await connection.close()
+
+
+def reassign_request(topic: str, replicas: list[int], timeout_ms: int) -> m.RequestBody:
+    partition = m.AlterPartitionReassignmentsRequest.ReassignablePartition(
+        partition_index=0, replicas=replicas
+    )
+    return m.AlterPartitionReassignmentsRequest(
+        timeout_ms=timeout_ms,
+        topics=[
+            m.AlterPartitionReassignmentsRequest.ReassignableTopic(
+                name=topic, partitions=[partition]
+            )
+        ],
+    )
+
+
+async def test_controller_requests_are_answered_while_zookeeper_is_down(
+    broker_factory: BrokerFactory, own_zookeeper: DedicatedZooKeeper
+) -> None:
+    """Work handed to the controller that needs ZooKeeper (a replica move): the requester stops
+    waiting at the request's timeout with REQUEST_TIMED_OUT; the controller goes on with it."""
+    settings = {"zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS)}
+    brokers = {i: broker_factory(settings, broker_id=i) for i in (1, 2)}
+    connections = {i: await BrokerConnection.open(HOST, b.port) for i, b in brokers.items()}
+    try:
+        any_connection = connections[1]
+
+        async def controller_id() -> int:
+            metadata = await any_connection.call(m.MetadataRequest(topics=[]), m.MetadataResponse)
+            return int(metadata.controller_id)
+
+        async with asyncio.timeout(30):
+            while await controller_id() not in brokers:
+                await asyncio.sleep(0.1)
+        controller = connections[await controller_id()]
+        created = await controller.call(create_request(30_000, "moving"), m.CreateTopicsResponse)
+        assert created.topics[0].error_code == ErrorCode.NONE
+        metadata = await controller.call(
+            m.MetadataRequest(topics=[m.MetadataRequest.MetadataRequestTopic(name="moving")]),
+            m.MetadataResponse,
+        )
+        (replica,) = metadata.topics[0].partitions[0].replica_nodes
+        elsewhere = next(i for i in brokers if i != replica)
+
+        await own_zookeeper.stop()
+        answer, took_s = await timed(
+            controller,
+            reassign_request("moving", [elsewhere], CREATE_TIMEOUT_MS),
+            m.AlterPartitionReassignmentsResponse,
+        )
+        assert answer.error_code == ErrorCode.REQUEST_TIMED_OUT, answer
+        assert "the controller did not answer within 1500 ms" in (answer.error_message or "")
+        assert CREATE_TIMEOUT_MS / 1000 <= took_s < CREATE_TIMEOUT_MS / 1000 + ANSWER_MARGIN_S
+        # The connection still serves.
+        assert await controller_id() in brokers
+        await own_zookeeper.start()
+    finally:
+        for connection in connections.values():
+            await connection.close()

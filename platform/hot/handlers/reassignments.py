@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from riverbed.coordination.controller import Controller, Outcomes
 from riverbed.hot.handlers.context import BrokerContext
+from riverbed.hot.handlers.zookeeper_bound import zookeeper_bound
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.security.access import Access
@@ -42,7 +43,13 @@ async def handle_alter_partition_reassignments(
         # Kafka's error response names every partition with the error too.
         return _reassignment_response(request, dict.fromkeys(moves, refusal), refusal)
     try:
-        outcomes = await _controller(ctx).alter_reassignments(moves)
+        async with zookeeper_bound(
+            ctx.config,
+            "reassigning partitions",
+            timeout_ms=request.timeout_ms,
+            waiting_for="the controller",
+        ):
+            outcomes = await _controller(ctx).alter_reassignments(moves)
     except KafkaError as error:
         return m.AlterPartitionReassignmentsResponse(
             error_code=error.code, error_message=_message(error)
@@ -124,9 +131,15 @@ async def handle_elect_leaders(
             raise KafkaError(
                 ErrorCode.INVALID_REQUEST, f"unknown election type {request.election_type}"
             )
-        outcomes = await _controller(ctx).elect_leaders(
-            partitions, unclean=request.election_type == UNCLEAN_ELECTION
-        )
+        async with zookeeper_bound(
+            ctx.config,
+            "electing leaders",
+            timeout_ms=request.timeout_ms,
+            waiting_for="the controller",
+        ):
+            outcomes = await _controller(ctx).elect_leaders(
+                partitions, unclean=request.election_type == UNCLEAN_ELECTION
+            )
     except KafkaError as error:
         # v0 has no top-level error: every partition asked about carries it.
         failed: Outcomes = dict.fromkeys(sorted(partitions or ()), error)

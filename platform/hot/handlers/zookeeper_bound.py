@@ -36,12 +36,15 @@ async def zookeeper_bound(
     started_s: float | None = None,
     timed_out: ErrorCode = ErrorCode.REQUEST_TIMED_OUT,
     lost: ErrorCode = ErrorCode.REQUEST_TIMED_OUT,
+    waiting_for: str = "ZooKeeper",
 ) -> AsyncIterator[None]:
     """Run the block within the bound; KafkaError(`timed_out`) after it, KafkaError(`lost`) on
     a lost connection or session. `what` names the work in the error message ("creating topic
     'orders'"). `timeout_ms` <= 0 or None: the session timeout alone. The bound runs from
     `started_s` (loop time; now by default): a request doing several pieces of ZooKeeper work
-    (CreateTopics of many topics) passes when it started, so together they keep to its timeout."""
+    (CreateTopics of many topics) passes when it started, so together they keep to its timeout.
+    `waiting_for` names who did not answer: "the controller" for work handed to the controller's
+    task (which goes on with it: only the wait for its answer ends)."""
     bound_ms = config.zookeeper_session_timeout_ms
     if timeout_ms is not None and timeout_ms > 0:
         bound_ms = min(bound_ms, timeout_ms)
@@ -56,8 +59,8 @@ async def zookeeper_bound(
             raise
         raise KafkaError(
             timed_out,
-            f"{what}: ZooKeeper did not answer within {bound_ms} ms (the change may still be "
-            "applied when it does)",
+            f"{what}: {waiting_for} did not answer within {bound_ms} ms (the change may still "
+            "be applied when it does)",
         ) from error
     except ZkConnectionError as error:
         raise KafkaError(
