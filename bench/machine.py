@@ -70,7 +70,9 @@ def _riverbed_version() -> dict[str, str]:
 
 def _git_state() -> dict[str, Any]:
     commit = _git("rev-parse", "HEAD")
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    # Saved results are not the code measured: a run right after another benchmark (which
+    # rewrote its *-latest.json) still measured a clean tree.
+    status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results")
     return {
         # None before the first commit: the tree measured is then only the working copy.
         "commit": commit,
