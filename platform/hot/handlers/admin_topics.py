@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from contextlib import AbstractAsyncContextManager
 
 from riverbed.configs import ConfigError, validate_topic_configs
 from riverbed.hot.handlers.context import BrokerContext
@@ -44,13 +45,7 @@ async def handle_create_topics(
                 raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             if topic.name in config_denied:
                 result.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            async with zookeeper_bound(
-                ctx.config,
-                f"creating topic {topic.name!r}",
-                timeout_ms=request.timeout_ms,
-                started_s=started_s,
-                lost=ErrorCode.NOT_CONTROLLER,
-            ):
+            async with _topic_write(ctx, f"creating topic {topic.name!r}", request, started_s):
                 topic_id = await _create_topic(ctx, topic, validate_only=request.validate_only)
         except KafkaError as error:
             result.error_code = error.code
@@ -157,13 +152,7 @@ async def handle_delete_topics(
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name else ErrorCode.UNKNOWN_TOPIC_ID
                 raise KafkaError(code, f"unknown topic {name or topic_id}")
             result.name, result.topic_id = metadata.name, metadata.topic_id
-            async with zookeeper_bound(
-                ctx.config,
-                f"deleting topic {metadata.name!r}",
-                timeout_ms=request.timeout_ms,
-                started_s=started_s,
-                lost=ErrorCode.NOT_CONTROLLER,
-            ):
+            async with _topic_write(ctx, f"deleting topic {metadata.name!r}", request, started_s):
                 await ctx.store.delete_topic(metadata.name)
         except KafkaError as error:
             result.error_code = error.code
@@ -187,6 +176,24 @@ def _check_delete_allowed(access: Access, result: DeletableTopicResult, name: st
     if not access.allows(AclOperation.DELETE, ResourceType.TOPIC, name):
         result.name = name  # it may DESCRIBE the topic: its name is no secret
         raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
+
+
+def _topic_write(
+    ctx: BrokerContext,
+    what: str,
+    request: m.CreateTopicsRequest | m.DeleteTopicsRequest,
+    started_s: float,
+) -> AbstractAsyncContextManager[None]:
+    """The controller's ZooKeeper write for one topic of `request`: all of them together within
+    its timeout_ms, counted from `started_s`; a lost session answers NOT_CONTROLLER (this broker
+    may no longer be the controller: the client looks for it again)."""
+    return zookeeper_bound(
+        ctx.config,
+        what,
+        timeout_ms=request.timeout_ms,
+        started_s=started_s,
+        lost=ErrorCode.NOT_CONTROLLER,
+    )
 
 
 def _check_controller(ctx: BrokerContext) -> None:
