@@ -39,6 +39,7 @@ from riverbed.errors import (
     KafkaTimeoutError,
     LeadershipError,
     NetworkError,
+    OffsetNotAvailableError,
     RequestTimedOutError,
     error_for,
 )
@@ -79,6 +80,9 @@ RETRIABLE: Final = (
     ConnectionError,
     TimeoutError,
 )
+# ListOffsets also retries OFFSET_NOT_AVAILABLE: a new leader whose high watermark has not yet
+# reached the start of its epoch (KIP-207) answers it until its followers catch up, briefly.
+LIST_OFFSETS_RETRIABLE: Final = (*RETRIABLE, OffsetNotAvailableError)
 # A group's requests also retry a coordinator that moved, is not up yet or is loading its groups.
 GROUP_RETRIABLE: Final = (*RETRIABLE, CoordinatorError)
 # FindCoordinator's key type for a group id (1 is a transactional id).
@@ -507,9 +511,12 @@ class Admin(AsyncClient):
         watermark), "max_timestamp" (the record with the largest timestamp), "earliest_local"
         (the start of the leader's local log, KIP-405), "latest_tiered" (the last offset in the
         cold tier, -1 if none, KIP-1005) or, for an int timestamp in ms, the first record at or
-        after it. Asks each partition's leader."""
+        after it. Asks each partition's leader; OFFSET_NOT_AVAILABLE (a new leader still
+        catching up, KIP-207) is retried like a moved leader, up to request_timeout_ms."""
         timestamps = {tp: _timestamp_of(tp, spec) for tp, spec in specs.items()}
-        return await self._at_leaders("listing offsets", timestamps, self._list_offsets_at)
+        return await self._at_leaders(
+            "listing offsets", timestamps, self._list_offsets_at, LIST_OFFSETS_RETRIABLE
+        )
 
     async def delete_records(
         self, offsets: Mapping[TopicPartition, int]
@@ -528,6 +535,7 @@ class Admin(AsyncClient):
         call: Callable[
             [BrokerConnection, dict[TopicPartition, V]], Awaitable[dict[TopicPartition, T]]
         ],
+        retriable: tuple[type[BaseException], ...] = RETRIABLE,
     ) -> dict[TopicPartition, T]:
         """`call(connection, partitions)` at each partition's leader at once, again (after a
         metadata refresh) for the partitions that failed retriably."""
@@ -550,7 +558,7 @@ class Admin(AsyncClient):
             if errors:
                 raise errors[0]
 
-        await self._retrying(what, attempt)
+        await self._retrying(what, attempt, retriable)
         return {tp: found[tp] for tp in wanted}
 
     async def _delete_records_at(

@@ -3,20 +3,40 @@
 Start the broker with `advertised.listeners` pointing at the proxy, so that after bootstrapping
 the client keeps talking through it; the proxy forwards bytes untouched in both directions and
 parses the client's side with the sans-IO `ServerConnection` to note each request header.
+
+With a `rewrite` it also decodes the broker's answers and lets a test change one before the
+client sees it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from riverbed.protocol.connection import RequestHeader, RequestReceived, ServerConnection
+from riverbed.protocol.codec import (
+    decode_response_body,
+    decode_response_header,
+    response_header_version,
+)
+from riverbed.protocol.connection import (
+    RequestHeader,
+    RequestReceived,
+    ServerConnection,
+    encode_response,
+)
+from riverbed.protocol.messages import ResponseBody
 
 from tests.support.broker import HOST, free_port
 
 CHUNK_BYTES = 64 * 1024
+
+
+# A rewrite: given the request's header and the broker's answer, the answer the client gets.
+Rewrite = Callable[[RequestHeader, ResponseBody], ResponseBody]
 
 
 @dataclass
@@ -24,6 +44,9 @@ class RecordingProxy:
     target_port: int = 0
     port: int = field(default_factory=free_port)
     requests: list[tuple[float, RequestHeader]] = field(default_factory=list)
+    # Given a request's header and the broker's answer, the answer the client gets instead (an
+    # error code a real broker gives only in a brief, hard-to-hold state, say). None: untouched.
+    rewrite: Rewrite | None = None
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
@@ -42,8 +65,10 @@ class RecordingProxy:
 
     async def _on_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream_reader, upstream_writer = await asyncio.open_connection(HOST, self.target_port)
-        to_broker = asyncio.create_task(self._client_to_broker(reader, upstream_writer))
-        to_client = asyncio.create_task(_pump(upstream_reader, writer))
+        # This connection's requests by correlation id (ids are per connection).
+        headers: dict[int, RequestHeader] = {}
+        to_broker = asyncio.create_task(self._client_to_broker(reader, upstream_writer, headers))
+        to_client = asyncio.create_task(self._broker_to_client(upstream_reader, writer, headers))
         self._tasks |= {to_broker, to_client}
         try:
             await asyncio.wait({to_broker, to_client}, return_when=asyncio.FIRST_COMPLETED)
@@ -55,20 +80,46 @@ class RecordingProxy:
                 w.close()
 
     async def _client_to_broker(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        headers: dict[int, RequestHeader],
     ) -> None:
         parser = ServerConnection()
         while data := await reader.read(CHUNK_BYTES):
-            writer.write(data)
-            await writer.drain()
             parser.receive_data(data)
-            # Record every complete request; stop at NEED_DATA (or anything else).
+            # Record every complete request (before it leaves: its answer may be read next);
+            # stop at NEED_DATA (or anything else).
             while isinstance(event := parser.next_event(), RequestReceived):
                 self.requests.append((time.monotonic(), event.header))
-
-
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(ConnectionError):
-        while data := await reader.read(CHUNK_BYTES):
+                headers[event.header.correlation_id] = event.header
             writer.write(data)
             await writer.drain()
+
+    async def _broker_to_client(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        headers: dict[int, RequestHeader],
+    ) -> None:
+        """Bytes as they come; with a `rewrite`, frame by frame: each answer decoded (by the
+        request it answers: answers follow their requests in order on a connection), passed
+        through `rewrite` and encoded again."""
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            if self.rewrite is None:
+                while data := await reader.read(CHUNK_BYTES):
+                    writer.write(data)
+                    await writer.drain()
+                return
+            while True:
+                size: int = struct.unpack(">i", await reader.readexactly(4))[0]
+                frame = memoryview(await reader.readexactly(size))
+                header = headers.pop(struct.unpack_from(">i", frame)[0])
+                _, offset = decode_response_header(
+                    frame, response_header_version(header.api_key, header.api_version)
+                )
+                body = decode_response_body(header.api_key, header.api_version, frame, offset)
+                for chunk in encode_response(header, self.rewrite(header, body)):
+                    assert isinstance(chunk, bytes | bytearray | memoryview)
+                    writer.write(chunk)
+                await writer.drain()
