@@ -62,6 +62,8 @@ BROKER_START_TIMEOUT_S = 120.0
 BATCH_SIZES = (16_384, 1_000_000)
 REQUEST_BYTES_MAX = 2_000_000
 LINGER_MS = 5
+# Kafka's and our producers' default max.in.flight.requests.per.connection.
+IN_FLIGHT_DEFAULT = 5
 # Each producer runs this many times per batch size, the clients in turn; the median counts.
 PRODUCE_ROUNDS = 3
 CONSUME_GOAL = 2.0  # the issue's goals: Riverbed consume >= 2x aiokafka,
@@ -128,8 +130,14 @@ def _label(client: str, batch_bytes: int) -> str:
     return f"{client} produce, batch {batch_bytes} B"
 
 
-def _produce_riverbed(
-    bootstrap: str, topic: str, records: int, value: bytes, batch_bytes: int
+def produce_riverbed(
+    bootstrap: str,
+    topic: str,
+    records: int,
+    value: bytes,
+    batch_bytes: int,
+    *,
+    in_flight_max: int = IN_FLIGHT_DEFAULT,
 ) -> dict[str, Any]:
     from riverbed.client.producer import Producer as RiverbedProducer
 
@@ -141,6 +149,7 @@ def _produce_riverbed(
             batch_size=batch_bytes,
             max_request_size=REQUEST_BYTES_MAX,
             enable_idempotence=False,
+            max_in_flight_requests_per_connection=in_flight_max,
         ) as producer:
             await producer.partitions_for(topic)
             cpu_before = time.process_time()
@@ -221,7 +230,7 @@ def _produce_confluent(
 
 
 PRODUCERS: dict[str, Callable[[str, str, int, bytes, int], dict[str, Any]]] = {
-    "riverbed": _produce_riverbed,
+    "riverbed": produce_riverbed,
     "aiokafka": _produce_aiokafka,
     "confluent-kafka": _produce_confluent,
 }
