@@ -235,7 +235,11 @@ class Broker:
         if self._servers:
             try:
                 await request_controlled_shutdown(
-                    self._cache, self.config.broker_id, self._controller, self._dialer
+                    self._cache,
+                    self.config.broker_id,
+                    self._controller,
+                    self._dialer,
+                    local_bound_ms=self.config.zookeeper_session_timeout_ms,
                 )
                 # Kafka's StopReplica: stop fetching, or the leaders would put this broker back
                 # into their ISRs and its exit would cost every partition a second ISR change.

@@ -7,6 +7,12 @@ tries again, after a backoff, while the answer lists partitions it still leads o
 failed (the controller moved, a connection was refused): `controlled.shutdown.max.retries`
 attempts in all, after which it stops anyway. A controller whose ACLs refuse this broker
 (CLUSTER_AUTHORIZATION_FAILED: the brokers' principal is not a super user) is not asked again.
+
+While ZooKeeper is down no controller can write new leaders. A remote controller answers
+REQUEST_TIMED_OUT once its ZooKeeper session timeout has passed; when this broker is the
+controller, `local_bound_ms` (the broker passes the same session timeout) bounds its own
+controller's work. So a SIGTERM during an outage stops the broker after at most
+attempts x session timeout plus the backoffs, not attempts x the 30 s socket timeout.
 """
 
 from __future__ import annotations
@@ -43,14 +49,19 @@ async def request_controlled_shutdown(
     attempts_max: int = CONTROLLED_SHUTDOWN_ATTEMPTS_MAX,
     timeout_ms: int = CONTROLLER_SOCKET_TIMEOUT_MS,
     retry_backoff_ms: int = CONTROLLED_SHUTDOWN_RETRY_BACKOFF_MS,
+    local_bound_ms: int | None = None,
 ) -> bool:
     """Ask the controller to move `broker_id`'s leaderships away; True once it leads no
-    replicated partition, False if `attempts_max` attempts did not get there."""
+    replicated partition, False if `attempts_max` attempts did not get there. `local_bound_ms`
+    (None: `timeout_ms`) bounds an attempt that this broker's own controller answers."""
     if attempts_max < 1:
         raise ValueError(f"attempts_max must be >= 1, got {attempts_max}")
     for attempt in range(1, attempts_max + 1):
+        bound_ms = timeout_ms
+        if local_controller.active and local_bound_ms is not None:
+            bound_ms = min(timeout_ms, local_bound_ms)
         try:
-            async with asyncio.timeout(timeout_ms / 1000):
+            async with asyncio.timeout(bound_ms / 1000):
                 remaining = await _attempt(cache, broker_id, local_controller, dialer, timeout_ms)
         # ConnectionError (refused, closed) is an OSError; a garbled answer is worth a retry too.
         except (KafkaError, OSError, TimeoutError, ProtocolDecodeError) as error:
@@ -64,7 +75,8 @@ async def request_controlled_shutdown(
                     error.code.name,
                 )
                 return False
-            log.info("controlled shutdown attempt %d/%d failed: %s", attempt, attempts_max, error)
+            reason = f"no answer within {bound_ms} ms" if isinstance(error, TimeoutError) else error
+            log.info("controlled shutdown attempt %d/%d failed: %s", attempt, attempts_max, reason)
         else:
             if not remaining:
                 log.info("controlled shutdown of broker %d succeeded", broker_id)

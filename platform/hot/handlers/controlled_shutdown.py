@@ -3,12 +3,15 @@
 Answered by the active controller only (NOT_CONTROLLER elsewhere, so the broker finds the new
 one); the response lists the replicated partitions the broker still leads because no other
 replica is in sync. The broker retries while any remain, then stops anyway (Kafka's
-controlled.shutdown.max.retries).
+controlled.shutdown.max.retries). The controller's ZooKeeper work is bounded by the session
+timeout (REQUEST_TIMED_OUT after it): while ZooKeeper is down, each attempt of a stopping broker
+ends then, instead of when ZooKeeper is back or the broker's own 30 s socket timeout passes.
 """
 
 from __future__ import annotations
 
 from riverbed.hot.handlers.context import BrokerContext
+from riverbed.hot.handlers.zookeeper_bound import zookeeper_bound
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.security.access import Access
@@ -26,7 +29,12 @@ async def handle_controlled_shutdown(
     if ctx.controller is None:
         return m.ControlledShutdownResponse(error_code=ErrorCode.NOT_CONTROLLER)
     try:
-        remaining = await ctx.controller.controlled_shutdown(request.broker_id)
+        async with zookeeper_bound(
+            ctx.config,
+            f"moving broker {request.broker_id}'s leaderships away",
+            waiting_for="the controller",
+        ):
+            remaining = await ctx.controller.controlled_shutdown(request.broker_id)
     except KafkaError as error:
         return m.ControlledShutdownResponse(error_code=error.code)
     return m.ControlledShutdownResponse(
