@@ -34,7 +34,6 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -49,6 +48,7 @@ from riverbed.log_events import event
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.records_header import CorruptRecordError, iter_batch_headers
 from riverbed.tiering import cold_commit
+from riverbed.tiering.background import background_executor
 from riverbed.tiering.cold_compaction import (
     MAP_COLUMNS,
     ColdOffsetMap,
@@ -154,7 +154,7 @@ class ColdCompactor:
         # Read at each pass (a test or tool may replace it between passes).
         self.settings = settings
         self._now_ms = now_ms
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix="cold-compaction")
+        self._worker = background_executor(1, "cold-compaction")
         self._task: asyncio.Task[None] | None = None
         self._running_id: str | None = None
         # Partitions (and leader epochs) already logged as too large for the broker.

@@ -51,6 +51,9 @@ class FileStore:
     def url(self) -> str:
         return self._root.as_uri()
 
+    async def open(self) -> None:
+        """Nothing to prepare: a directory needs no client."""
+
     async def put(self, key: str, data: bytes) -> None:
         target = self._path(key)
         await self._run("put", key, lambda: self._publish(target, _writer(data), replace=True))

@@ -242,7 +242,7 @@ class Offloader:
             max(state.manifest.log_start_offset, partition.log.truncated_before),
             "log start",
         )
-        left = await self._upload_sealed(partition, state)
+        left = await self._upload_sealed(partition, config, state)
         await self._delete_orphans(state)
         state.uploaded_end = state.manifest.finished_end_offset
         self._update_backlog(partition, state.uploaded_end)
@@ -250,11 +250,15 @@ class Offloader:
         self._apply_local_retention(partition.log, config, state.manifest)
         return left
 
-    async def _upload_sealed(self, partition: Partition, state: _PartitionState) -> bool:
+    async def _upload_sealed(
+        self, partition: Partition, config: TopicConfig, state: _PartitionState
+    ) -> bool:
         """Upload sealed segments in offset order, up to UPLOAD_BYTES_PER_ROUND_MAX of them
         (at least one), converting up to CONVERSIONS_AHEAD_MAX of the next ones meanwhile
         (worker threads: Parquet encoding releases the GIL, so they use both cores while the
-        store is waited on). True if the round stopped with segments left."""
+        store is waited on), and applying local retention after each upload (a long backlog
+        frees local disk as it goes, not at the end of the round). True if the round stopped
+        with segments left."""
         assert state.manifest is not None
         pending: deque[asyncio.Task[_Converted]] = deque()
         next_offset = state.manifest.end_offset
@@ -286,6 +290,7 @@ class Offloader:
                     state.manifest = await self._upload(
                         partition, state, converted, _ready(pending)
                     )
+                self._apply_local_retention(partition.log, config, state.manifest)
         finally:
             for converting in pending:
                 # Let the worker thread finish with the file it writes before it is removed.

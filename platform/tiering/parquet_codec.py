@@ -4,9 +4,9 @@ The file: rows of arrow_schema.SCHEMA (Spark's Kafka source columns, then what a
 sorted by offset, zstd-compressed, in row groups of WHOLE batches (a batch never spans two row
 groups, so one row group rebuilds into whole batches) that end at the first batch boundary at
 or past ROW_GROUP_BYTES_MAX of uncompressed records or ROW_GROUP_ROWS_MAX rows. Statistics on
-every scalar column and a page index let readers (this one, Spark, DuckDB) skip the row groups
-and pages that cannot hold an offset or a timestamp; page checksums catch a damaged object when
-read back.
+the columns readers filter by and a page index let readers (this one, Spark, DuckDB) skip the
+row groups and pages that cannot hold an offset or a timestamp; page checksums catch a damaged
+object when read back.
 
 Rebuild contract (batch_rebuild): the batches covering an offset come back with their original
 offsets (gaps included), timestamps, keys, values, headers, producer fields, leader epoch and
@@ -37,7 +37,7 @@ from riverbed.protocol.records_header import (
     batch_crc_ok,
     parse_batch_header,
 )
-from riverbed.tiering.arrow_schema import BATCH_COLUMNS, REBUILD_COLUMNS, SCHEMA
+from riverbed.tiering.arrow_schema import REBUILD_COLUMNS, SCHEMA
 from riverbed.tiering.batch_rebuild import RowGroupBatches
 from riverbed.tiering.segment_rows import RowGroupRows
 
@@ -52,11 +52,16 @@ ROW_GROUP_ROWS_MAX = 128 * 1024
 # compressed one by one, where the higher levels' larger search windows buy little).
 ZSTD_LEVEL = 1
 
-# Columns whose values repeat run after run: dictionary encoding stores them almost for free.
-# Keys, values, offsets and timestamps are mostly distinct; a dictionary would only be dropped.
-_DICTIONARY_COLUMNS = ["topic", "partition", "timestampType", *BATCH_COLUMNS]
-# Min/max of keys and values would cost time and footer bytes for no pruning.
-_STATISTICS_COLUMNS = [name for name in SCHEMA.names if name not in ("key", "value", "headers")]
+# Dictionary encoding only where readers gain from it: `topic` (one string per object, not one
+# per row) and `partition` (Spark reads it when a query needs no column). The batch columns
+# repeat run after run too, but zstd shrinks their plain pages as much (the objects of
+# bench/tiering.py came out the same size) and building dictionaries cost ~6% of a conversion.
+_DICTIONARY_COLUMNS = ["topic", "partition"]
+# Statistics where a reader prunes by them: offsets and timestamps (which row groups and pages
+# can hold an offset or a time), partition and timestamp type (Spark's filters), and batch
+# attributes (Spark's reader skips the control-batch check of row groups without one). The
+# others would cost ~3% of a conversion and footer bytes for no pruning.
+_STATISTICS_COLUMNS = ["partition", "offset", "timestamp", "timestampType", "batch_attributes"]
 _WRITE_OPTIONS: dict[str, Any] = {
     "version": "2.6",
     "data_page_version": "1.0",  # what every Parquet reader reads, Spark 2 and Hive included

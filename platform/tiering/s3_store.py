@@ -212,6 +212,11 @@ class S3Store:
     def settings(self) -> S3Settings:
         return self._settings
 
+    async def open(self) -> None:
+        """Build the client (botocore reads S3's models from disk: ~0.1 s of CPU); it sends
+        nothing until the first call."""
+        await self._open()
+
     async def put(self, key: str, data: bytes) -> None:
         s3_key = self._s3_key(key)
         await self._call(

@@ -57,6 +57,11 @@ class ObjectStore(Protocol):
         """Where this store points (no credentials), for logs and errors."""
         ...
 
+    async def open(self) -> None:
+        """Get ready for calls without a request to the store (so an unreachable store does not
+        fail it): what the first call would otherwise do first, done ahead of it."""
+        ...
+
     async def put(self, key: str, data: bytes) -> None:
         """Write (or replace) `key`; readers see the old object or the whole new one."""
         ...

@@ -436,6 +436,31 @@ async def test_s3_keys_live_under_the_url_prefix(moto_server: MotoServer, s3_buc
         await store.close()
 
 
+async def test_s3_open_readies_the_client_without_a_request(
+    moto_server_factory: MotoServerFactory,
+) -> None:
+    """A broker opens its store at start: with the store down that must neither fail nor wait
+    (the outage is the uploads' business, with their retries and backlog)."""
+    server = moto_server_factory()
+    bucket = server.create_bucket("opened")
+    store = open_store(f"s3://{bucket}", server.settings(**OUTAGE_SETTINGS), environ={})
+    assert isinstance(store, S3Store)
+    try:
+        server.pause()  # a request would wait out its timeout, then fail
+        started = time.monotonic()
+        await store.open()
+        await store.open()  # once is enough; again changes nothing
+        assert time.monotonic() - started < store.settings.retry_policy.attempt_timeout_ms / 1000
+        server.resume()
+        await store.put("k", b"v")
+        assert await store.get("k") == b"v"
+    finally:
+        server.resume()
+        await store.close()
+    with pytest.raises(ObjectStoreError, match="closed"):
+        await store.open()
+
+
 async def test_s3_store_closed(moto_server: MotoServer, s3_bucket: str) -> None:
     never_used = open_store(f"s3://{s3_bucket}", moto_server.settings(), environ={})
     await never_used.close()  # nothing opened: nothing to close

@@ -563,8 +563,14 @@ def test_the_file_is_plain_parquet_with_sparks_kafka_columns(tmp_path: Path) -> 
     chunk = metadata.row_group(0).column(offset_column)
     assert chunk.path_in_schema == "offset" and chunk.compression == "ZSTD"
     assert (chunk.statistics.min, chunk.statistics.max) == (0, 99)
-    assert metadata.row_group(0).column(SCHEMA.get_field_index("timestamp")).statistics.has_min_max
     assert metadata.row_group(0).sorting_columns[0].column_index == offset_column
+    # What readers prune by (Spark's reader: offset and batch_attributes) has statistics; the
+    # per-object columns are dictionary-encoded (one value, not one per row).
+    leaves = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+    for name in ("partition", "offset", "timestamp", "timestampType", "batch_attributes"):
+        assert metadata.row_group(0).column(leaves[name]).statistics.has_min_max, name
+    for name in ("topic", "partition"):
+        assert "RLE_DICTIONARY" in metadata.row_group(0).column(leaves[name]).encodings, name
 
 
 # -- refused input ----------------------------------------------------------------------------
