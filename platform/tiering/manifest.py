@@ -219,6 +219,31 @@ class Manifest:
             )
         return replace(self, segments=(*self.segments, segment))
 
+    def with_copy_finished(self, segment: RemoteSegment) -> Manifest:
+        """COPY_STARTED -> COPY_FINISHED for `segment`'s key, whose entry becomes `segment`: a
+        copy is recorded before its object is built, so only now are the object's size,
+        records and timestamps known. Finishing it again is a retried step, a no-op."""
+        if segment.state is not SegmentState.COPY_FINISHED:
+            raise ManifestError(f"{segment.key}: a copy finishes in COPY_FINISHED")
+        for slot, current in enumerate(self.segments):
+            if current.key != segment.key:
+                continue
+            if current.state is SegmentState.COPY_FINISHED:
+                return self
+            if current.state is not SegmentState.COPY_STARTED:
+                raise ManifestError(f"{segment.key}: {current.state.value} -> COPY_FINISHED")
+            if (current.base_offset, current.last_offset) != (
+                segment.base_offset,
+                segment.last_offset,
+            ):
+                raise ManifestError(
+                    f"{segment.key}: started as {current.base_offset}..{current.last_offset}, "
+                    f"finished as {segment.base_offset}..{segment.last_offset}"
+                )
+            segments = (*self.segments[:slot], segment, *self.segments[slot + 1 :])
+            return replace(self, segments=segments)
+        raise ManifestError(f"{segment.key}: finished without a COPY_STARTED")
+
     def with_state(self, keys: Iterable[str], state: SegmentState) -> Manifest:
         wanted = set(keys)
         segments = []

@@ -32,7 +32,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from riverbed.configs import TopicConfig
@@ -260,7 +260,7 @@ class Offloader:
         frees local disk as it goes, not at the end of the round). True if the round stopped
         with segments left."""
         assert state.manifest is not None
-        pending: deque[asyncio.Task[_Converted]] = deque()
+        pending: deque[_Copy] = deque()
         next_offset = state.manifest.end_offset
         budget_bytes = UPLOAD_BYTES_PER_ROUND_MAX
 
@@ -270,10 +270,14 @@ class Offloader:
                 batches = self._sealed_from(partition, state, next_offset)
                 if batches is None:
                     return
+                entry = _started_entry(partition, state, batches)
                 pending.append(
-                    asyncio.get_running_loop().create_task(
-                        self._convert(partition, state, batches),
-                        name=f"tiering-convert-{partition}",
+                    _Copy(
+                        entry,
+                        asyncio.get_running_loop().create_task(
+                            self._convert(partition, entry, batches),
+                            name=f"tiering-convert-{partition}",
+                        ),
                     )
                 )
                 next_offset = batches.last_offset + 1
@@ -285,14 +289,14 @@ class Offloader:
                 if not pending:
                     left = self._sealed_from(partition, state, next_offset, close=True)
                     return budget_bytes <= 0 and left is not None
-                with await pending.popleft() as converted:
+                copy = pending.popleft()
+                with await copy.converting:
                     convert_ahead()  # its thread is free: the next one starts before the upload
-                    state.manifest = await self._upload(
-                        partition, state, converted, _ready(pending)
-                    )
+                    state.manifest = await self._upload(partition, state, copy, pending)
                 self._apply_local_retention(partition.log, config, state.manifest)
         finally:
-            for converting in pending:
+            for waiting in pending:
+                converting = waiting.converting
                 # Let the worker thread finish with the file it writes before it is removed.
                 await asyncio.wait([converting])
                 if not converting.cancelled() and converting.exception() is None:
@@ -347,7 +351,7 @@ class Offloader:
         return batches
 
     async def _convert(
-        self, partition: Partition, state: _PartitionState, batches: SealedBatches
+        self, partition: Partition, started: RemoteSegment, batches: SealedBatches
     ) -> _Converted:
         work = tempfile.TemporaryDirectory(dir=self._settings.work_dir)
         path = Path(work.name) / "segment.parquet"
@@ -366,25 +370,15 @@ class Offloader:
             raise
         finally:
             os.close(batches.fd)
-        segment = RemoteSegment(
-            key=segment_key(
-                partition.topic,
-                partition.index,
-                batches.base_offset,
-                batches.last_offset,
-                uuid.uuid4().hex,
-            ),
-            base_offset=batches.base_offset,
-            last_offset=batches.last_offset,
+        finished = replace(
+            started,
             size_bytes=path.stat().st_size,
-            log_bytes=batches.size_bytes,
             records=summary.records,
             min_timestamp_ms=summary.min_timestamp_ms,
             max_timestamp_ms=summary.max_timestamp_ms,
-            leader_epoch=state.leader_epoch,
-            state=SegmentState.COPY_STARTED,
+            state=SegmentState.COPY_FINISHED,
         )
-        return _Converted(segment, path, work)
+        return _Converted(finished, path, work)
 
     async def _clean_unfinished(self, state: _PartitionState) -> Manifest:
         manifest = await state.metadata.latest()
@@ -415,24 +409,32 @@ class Offloader:
         self,
         partition: Partition,
         state: _PartitionState,
-        converted: _Converted,
-        following: _Converted | None,
+        copy: _Copy,
+        following: deque[_Copy],
     ) -> Manifest:
-        """Upload `converted` (COPY_STARTED committed first unless it already is), then commit
-        its COPY_FINISHED together with the COPY_STARTED of `following`, the next segment if it
-        is converted already: one manifest write per segment instead of two."""
+        """Upload `copy` (converted), its COPY_STARTED committed first unless it already is,
+        then commit its COPY_FINISHED. Each of these commits also records the COPY_STARTED of
+        the copies scheduled after it (`following`), converted or not: when their turn comes
+        their record is there, so a segment costs one manifest write, not two."""
+        assert copy.converting.done()
+        converted = copy.converting.result()
+
+        def also_started(manifest: Manifest) -> Manifest:
+            for waiting in following:
+                manifest = manifest.with_copy_started(waiting.entry)
+            return manifest
+
+        if not copy.started:
+            await state.metadata.commit(
+                state.leader_epoch, lambda m: also_started(m.with_copy_started(copy.entry))
+            )
+        await self._store.put_file(converted.segment.key, converted.path)
+        manifest = await state.metadata.commit(
+            state.leader_epoch, lambda m: also_started(m.with_copy_finished(converted.segment))
+        )
+        for waiting in following:
+            waiting.started = True
         segment = converted.segment
-        if not converted.started:
-            await state.metadata.commit(state.leader_epoch, lambda m: m.with_copy_started(segment))
-        await self._store.put_file(segment.key, converted.path)
-
-        def finish(manifest: Manifest) -> Manifest:
-            manifest = manifest.with_state([segment.key], SegmentState.COPY_FINISHED)
-            return manifest if following is None else manifest.with_copy_started(following.segment)
-
-        manifest = await state.metadata.commit(state.leader_epoch, finish)
-        if following is not None:
-            following.started = True
         self.status.uploaded_segments += 1
         event(
             log,
@@ -572,13 +574,11 @@ def _local_limit(local: int, total: int) -> int:
 @dataclass
 class _Converted:
     """A sealed segment converted to a Parquet file in a temporary directory of its own, which
-    `close()` (or leaving the `with` block) removes; `started` once its COPY_STARTED is
-    committed."""
+    `close()` (or leaving the `with` block) removes; `segment` is its COPY_FINISHED entry."""
 
     segment: RemoteSegment
     path: Path
     work: tempfile.TemporaryDirectory[str]
-    started: bool = False
 
     def __enter__(self) -> _Converted:
         return self
@@ -590,11 +590,39 @@ class _Converted:
         self.work.cleanup()
 
 
-def _ready(pending: deque[asyncio.Task[_Converted]]) -> _Converted | None:
-    """The next converted segment, if its conversion is done and succeeded."""
-    if not pending or not pending[0].done() or pending[0].cancelled():
-        return None
-    return None if pending[0].exception() is not None else pending[0].result()
+@dataclass
+class _Copy:
+    """A segment scheduled for upload: its COPY_STARTED entry (`started` once committed) and
+    its conversion."""
+
+    entry: RemoteSegment
+    converting: asyncio.Task[_Converted]
+    started: bool = False
+
+
+def _started_entry(
+    partition: Partition, state: _PartitionState, batches: SealedBatches
+) -> RemoteSegment:
+    """The COPY_STARTED record of a segment about to be converted: its key and offsets; what
+    only the object tells (its size, records, timestamps) stays 0 until COPY_FINISHED."""
+    return RemoteSegment(
+        key=segment_key(
+            partition.topic,
+            partition.index,
+            batches.base_offset,
+            batches.last_offset,
+            uuid.uuid4().hex,
+        ),
+        base_offset=batches.base_offset,
+        last_offset=batches.last_offset,
+        size_bytes=0,
+        log_bytes=batches.size_bytes,
+        records=0,
+        min_timestamp_ms=0,
+        max_timestamp_ms=0,
+        leader_epoch=state.leader_epoch,
+        state=SegmentState.COPY_STARTED,
+    )
 
 
 def _to_parquet(batches: SealedBatches, topic: str, partition: int, path: Path) -> SegmentSummary:

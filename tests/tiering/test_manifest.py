@@ -82,6 +82,30 @@ def test_a_failed_copy_cleaned_up_is_uploaded_again_from_the_same_offset() -> No
     assert m.with_copy_started(redo).end_offset == 100
 
 
+def test_a_copy_recorded_before_its_object_finishes_with_the_objects_facts() -> None:
+    started = replace(
+        segment(0, 99), size_bytes=0, records=0, min_timestamp_ms=0, max_timestamp_ms=0
+    )
+    after = segment(100, 199)
+    m = Manifest.empty("t", 0).with_copy_started(started).with_copy_started(after)
+    assert m.end_offset == 200 and m.finished() == []
+    done = replace(segment(0, 99), state=SegmentState.COPY_FINISHED)
+    finished = m.with_copy_finished(done)
+    assert finished.finished() == [done]  # size, records and timestamps from the object
+    assert finished.segments[1] == after  # the next copy, still started, untouched
+    assert finished.with_copy_finished(done) == finished  # a retried step
+    assert Manifest.from_json(finished.to_json(), "test") == finished
+    with pytest.raises(ManifestError, match="finished without a COPY_STARTED"):
+        m.with_copy_finished(replace(segment(200, 299), state=SegmentState.COPY_FINISHED))
+    with pytest.raises(ManifestError, match=r"started as 0\.\.99, finished as 0\.\.98"):
+        m.with_copy_finished(replace(done, last_offset=98))
+    with pytest.raises(ManifestError, match="a copy finishes in COPY_FINISHED"):
+        m.with_copy_finished(started)
+    deleting = m.with_state([started.key], SegmentState.DELETE_STARTED)
+    with pytest.raises(ManifestError, match="DELETE_STARTED -> COPY_FINISHED"):
+        deleting.with_copy_finished(done)
+
+
 @pytest.mark.parametrize(
     ("start", "to"),
     [

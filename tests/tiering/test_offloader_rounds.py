@@ -50,3 +50,22 @@ async def test_a_round_that_fails_midway_has_freed_what_it_uploaded(tmp_path: Pa
         assert part.log.segment_stats()[0].base_offset == uploaded_end
     finally:
         await part.close()
+
+
+async def test_a_round_writes_one_manifest_version_per_segment(tmp_path: Path) -> None:
+    """Each COPY_FINISHED commit also records the COPY_STARTED of the copies scheduled after
+    it, so only the round's first copy needs a commit of its own before its upload."""
+    part = await TieredPartition.open(tmp_path, topic_overrides={"cleanup.policy": "delete"})
+    try:
+        model = Model()
+        for i in range(4):
+            part.write(model, [(b"k%d" % i, b"v%d" % i, NOW_MS)], CompressionType.NONE)
+            part.seal(model, key=b"~seal%d" % i)
+        sealed = part.log.segment_stats()[:-1]
+        await part.tier()
+        manifest = await part.tiering.manifest(part.partition)
+        assert [s.base_offset for s in manifest.finished()] == [s.base_offset for s in sealed]
+        assert len(manifest.segments) == len(sealed)  # nothing left started
+        assert manifest.version == len(sealed) + 1
+    finally:
+        await part.close()

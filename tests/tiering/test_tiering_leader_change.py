@@ -32,15 +32,18 @@ PUT_IN_FLIGHT_S = 0.2
 
 
 def started_copy(bucket: Bucket) -> tuple[int, str] | None:
-    """(version, key) of the latest manifest if it holds a copy started whose object is not
-    written yet: a leader frozen there writes it after it wakes up, too late."""
+    """(version, key) of the latest manifest if its first copy started has no object yet: the
+    leader is converting or uploading it, and a leader frozen there writes it after it wakes
+    up, too late. Copies after it are recorded as started ahead of their turn; and when the
+    first one's object is there, the leader is committing its COPY_FINISHED, a write that is
+    only fenced (no late object)."""
     manifest = bucket.latest_manifest(TOPIC)
     if manifest is None:
         return None
-    for segment in manifest["segments"]:
-        if segment["state"] == "COPY_STARTED" and segment["key"] not in bucket.data_keys():
-            return manifest["version"], segment["key"]
-    return None
+    started = [s["key"] for s in manifest["segments"] if s["state"] == "COPY_STARTED"]
+    if not started or started[0] in bucket.data_keys():
+        return None
+    return manifest["version"], started[0]
 
 
 def manifest_epochs(bucket: Bucket) -> list[int]:
