@@ -28,6 +28,7 @@ from riverbed import (
     cli_users,
     log_events,
 )
+from riverbed.allocator import keep_freed_blocks
 from riverbed.client.admin import Admin
 from riverbed.client.consumer import Consumer
 from riverbed.client.producer import Producer
@@ -295,6 +296,7 @@ def _run_broker(args: argparse.Namespace) -> int:
     from riverbed.hot.broker import Broker  # keeps `topics` commands light
 
     config = broker_config_from_args(args)
+    keep_freed_blocks()  # before the broker starts its threads
 
     async def serve() -> None:
         broker = Broker(config)
