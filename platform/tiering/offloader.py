@@ -10,7 +10,9 @@ For each partition led here with `remote.storage.enable=true`, every round:
 2. Upload: the batches of the oldest sealed segment from the manifest's end offset on, when all
    of that segment is below the high watermark (committed: identical on every replica), become
    one Parquet object: COPY_STARTED is committed first (so a crash leaves a record of the
-   object to delete), then the object is written, then COPY_FINISHED.
+   object to delete), then the object is written, then COPY_FINISHED. The commit finishing a
+   copy records the next scheduled copies as started: one manifest write per segment. Local
+   retention (3.) runs after each upload.
 3. Local retention: sealed segments wholly uploaded (below the manifest's finished end) and
    beyond `local.retention.ms` / `local.retention.bytes` are deleted locally. Nothing that is
    not uploaded is ever deleted, so an unreachable store only makes the local backlog grow.
