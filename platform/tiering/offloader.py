@@ -291,6 +291,10 @@ class Offloader:
                 if not pending:
                     left = self._sealed_from(partition, state, next_offset, close=True)
                     return budget_bytes <= 0 and left is not None
+                if not pending[0].started:
+                    # The round's first copies (later ones are recorded by the commit that
+                    # finishes the copy before them): recorded while they convert.
+                    state.manifest = await self._record_started(state, pending)
                 copy = pending.popleft()
                 with await copy.converting:
                     convert_ahead()  # its thread is free: the next one starts before the upload
@@ -407,6 +411,15 @@ class Offloader:
         log.info("%s: removed %d unfinished remote segments", state.metadata.topic, len(unfinished))
         return await state.metadata.commit(state.leader_epoch, lambda m: m.without(unfinished))
 
+    async def _record_started(self, state: _PartitionState, copies: deque[_Copy]) -> Manifest:
+        """Commit the COPY_STARTED of `copies` (before any of their objects is written)."""
+        manifest = await state.metadata.commit(
+            state.leader_epoch, lambda m: _with_started(m, copies)
+        )
+        for copy in copies:
+            copy.started = True
+        return manifest
+
     async def _upload(
         self,
         partition: Partition,
@@ -414,25 +427,16 @@ class Offloader:
         copy: _Copy,
         following: deque[_Copy],
     ) -> Manifest:
-        """Upload `copy` (converted), its COPY_STARTED committed first unless it already is,
-        then commit its COPY_FINISHED. Each of these commits also records the COPY_STARTED of
-        the copies scheduled after it (`following`), converted or not: when their turn comes
-        their record is there, so a segment costs one manifest write, not two."""
-        assert copy.converting.done()
+        """Upload `copy` (converted; its COPY_STARTED committed), then commit its COPY_FINISHED
+        together with the COPY_STARTED of the copies scheduled after it (`following`),
+        converted or not: when their turn comes their record is there, so a segment costs one
+        manifest write, not two."""
+        assert copy.started and copy.converting.done()
         converted = copy.converting.result()
-
-        def also_started(manifest: Manifest) -> Manifest:
-            for waiting in following:
-                manifest = manifest.with_copy_started(waiting.entry)
-            return manifest
-
-        if not copy.started:
-            await state.metadata.commit(
-                state.leader_epoch, lambda m: also_started(m.with_copy_started(copy.entry))
-            )
         await self._store.put_file(converted.segment.key, converted.path)
         manifest = await state.metadata.commit(
-            state.leader_epoch, lambda m: also_started(m.with_copy_finished(converted.segment))
+            state.leader_epoch,
+            lambda m: _with_started(m.with_copy_finished(converted.segment), following),
         )
         for waiting in following:
             waiting.started = True
@@ -600,6 +604,13 @@ class _Copy:
     entry: RemoteSegment
     converting: asyncio.Task[_Converted]
     started: bool = False
+
+
+def _with_started(manifest: Manifest, copies: deque[_Copy]) -> Manifest:
+    """`manifest` with the COPY_STARTED of `copies` (those already in it stay as they are)."""
+    for copy in copies:
+        manifest = manifest.with_copy_started(copy.entry)
+    return manifest
 
 
 def _started_entry(

@@ -54,7 +54,7 @@ async def test_a_round_that_fails_midway_has_freed_what_it_uploaded(tmp_path: Pa
 
 async def test_a_round_writes_one_manifest_version_per_segment(tmp_path: Path) -> None:
     """Each COPY_FINISHED commit also records the COPY_STARTED of the copies scheduled after
-    it, so only the round's first copy needs a commit of its own before its upload."""
+    it; only the round's first copies get a commit of their own, while they convert."""
     part = await TieredPartition.open(tmp_path, topic_overrides={"cleanup.policy": "delete"})
     try:
         model = Model()
