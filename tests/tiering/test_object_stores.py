@@ -451,6 +451,7 @@ async def test_s3_open_readies_the_client_without_a_request(
         await store.open()
         await store.open()  # once is enough; again changes nothing
         assert time.monotonic() - started < store.settings.retry_policy.attempt_timeout_ms / 1000
+        assert store._client is not None  # built: the first call will not pay for it
         server.resume()
         await store.put("k", b"v")
         assert await store.get("k") == b"v"

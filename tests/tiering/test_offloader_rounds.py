@@ -7,12 +7,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from riverbed.hot.log import SegmentStats
 from riverbed.protocol.compression import CompressionType
 from riverbed.tiering.store import ObjectStoreError
 
 from tests.tiering.cold_harness import NOW_MS, Model, TieredPartition
 
 UPLOADS_BEFORE_THE_OUTAGE = 2
+BACKLOG_WRITES = 4
+
+
+def seal_a_backlog(part: TieredPartition) -> list[SegmentStats]:
+    """A few records, each followed by a record that rolls the log; the sealed segments."""
+    model = Model()
+    for i in range(BACKLOG_WRITES):
+        part.write(model, [(b"k%d" % i, b"v%d" % i, NOW_MS)], CompressionType.NONE)
+        part.seal(model, key=b"~seal%d" % i)
+    return part.log.segment_stats()[:-1]
 
 
 async def test_a_round_that_fails_midway_has_freed_what_it_uploaded(tmp_path: Path) -> None:
@@ -21,11 +32,7 @@ async def test_a_round_that_fails_midway_has_freed_what_it_uploaded(tmp_path: Pa
         topic_overrides={"cleanup.policy": "delete", "local.retention.bytes": "1"},
     )
     try:
-        model = Model()
-        for i in range(4):
-            part.write(model, [(b"k%d" % i, b"v%d" % i, NOW_MS)], CompressionType.NONE)
-            part.seal(model, key=b"~seal%d" % i)
-        sealed = part.log.segment_stats()[:-1]
+        sealed = seal_a_backlog(part)
         assert len(sealed) > UPLOADS_BEFORE_THE_OUTAGE + 1
         store = part.tiering.store
         put_file = store.put_file
@@ -57,11 +64,7 @@ async def test_a_round_writes_one_manifest_version_per_segment(tmp_path: Path) -
     it; only the round's first copies get a commit of their own, while they convert."""
     part = await TieredPartition.open(tmp_path, topic_overrides={"cleanup.policy": "delete"})
     try:
-        model = Model()
-        for i in range(4):
-            part.write(model, [(b"k%d" % i, b"v%d" % i, NOW_MS)], CompressionType.NONE)
-            part.seal(model, key=b"~seal%d" % i)
-        sealed = part.log.segment_stats()[:-1]
+        sealed = seal_a_backlog(part)
         await part.tier()
         manifest = await part.tiering.manifest(part.partition)
         assert [s.base_offset for s in manifest.finished()] == [s.base_offset for s in sealed]
