@@ -14,6 +14,13 @@ Durability of sealed segments: a roll hands the sealed segment's fsync to `flush
 point moves to the new segment's base offset once that fsync is done. Without an executor the
 fsync runs inline during the roll.
 
+Deleting segments below a new log start (retention, tiering, DeleteRecords) renames their files
+to `*.deleted` on the owner thread and unlinks them on `flush_executor` (Kafka's asynchronous
+delete): unlinking a big file and syncing the directory took the owner thread, the event loop,
+for milliseconds. A crash in between may leave `*.deleted` files, which opening the log
+removes, or undo the renames, which brings back segments below the log start: whatever deleted
+them deletes them again (DeleteRecords' start is persisted apart, so nothing below it is served).
+
 Leader epochs: `leader_epochs` records where each leader epoch's batches start (see
 riverbed.hot.leader_epoch). Its checkpoint is written before the batches it describes, so after a
 crash it may run ahead of the log, never behind it; opening the log cuts it back to the LEO.
@@ -38,6 +45,7 @@ from riverbed.hot.cleaner_swap import cap_first_dirty_offset, finish_interrupted
 from riverbed.hot.fileio import fsync_dir, write_atomically
 from riverbed.hot.leader_epoch import LeaderEpochCache, leader_epoch_checkpoint_path
 from riverbed.hot.segment import (
+    DELETED_SUFFIX,
     LOG_SUFFIX,
     NO_TIMESTAMP,
     SEGMENT_SUFFIXES,
@@ -172,7 +180,8 @@ class PartitionLog:
         self._segments = segments
         self._now_ms = now_ms
         self._flush_executor = flush_executor
-        self._pending_syncs: list[Future[None]] = []
+        # Background file work (sealed segments' fsyncs, deletions) not yet waited for.
+        self._pending_jobs: list[Future[None]] = []
         self._recovery_point = 0
         self._recovery_point_lock = threading.Lock()
         self._high_watermark = segments[0].base_offset
@@ -503,11 +512,16 @@ class PartitionLog:
                     os.close(fd)
             self._advance_recovery_point(sealed.base_offset, next_base_offset)
 
+        self._in_background(fsync_sealed)
+
+    def _in_background(self, job: Callable[[], None]) -> None:
+        """Run `job` on the flush executor, after the jobs handed to it before (inline without
+        one); the log waits for it before truncating or closing."""
         if self._flush_executor is None:
-            fsync_sealed()
+            job()
             return
-        self._pending_syncs = [sync for sync in self._pending_syncs if not sync.done()]
-        self._pending_syncs.append(self._flush_executor.submit(fsync_sealed))
+        self._pending_jobs = [pending for pending in self._pending_jobs if not pending.done()]
+        self._pending_jobs.append(self._flush_executor.submit(job))
 
     def _advance_recovery_point(self, durable_from: int, durable_to: int) -> None:
         """Offsets [durable_from, durable_to) are on disk: move the recovery point if that
@@ -516,10 +530,10 @@ class PartitionLog:
             if self._recovery_point >= durable_from:
                 self._recovery_point = max(self._recovery_point, durable_to)
 
-    def _wait_for_syncs(self) -> None:
-        pending, self._pending_syncs = self._pending_syncs, []
-        for sync in pending:
-            error = sync.exception()
+    def _wait_for_background(self) -> None:
+        pending, self._pending_jobs = self._pending_jobs, []
+        for job in pending:
+            error = job.exception()
             if error is not None:
                 log.error("%s: background fsync of a sealed segment failed: %s", self, error)
 
@@ -754,9 +768,8 @@ class PartitionLog:
         if not doomed:
             return 0
         freed = sum(segment.size for segment in doomed)
-        for segment in doomed:
-            segment.delete()
-        fsync_dir(self._directory)
+        renamed = [path for segment in doomed for path in segment.mark_deleted()]
+        self._in_background(lambda: _unlink_deleted(self._directory, renamed))
         event(
             log,
             logging.INFO,
@@ -842,7 +855,7 @@ class PartitionLog:
         self._check_usable()
         if offset >= self.log_end_offset:
             return
-        self._wait_for_syncs()
+        self._wait_for_background()
         if offset < self.log_start_offset:
             self._replace_with_empty_segment(offset)
             self._cap_truncated_before(offset)
@@ -868,7 +881,7 @@ class PartitionLog:
         whose log ends below the leader's local log start (the rest is in the remote tier)
         continues from there. Leader epochs are dropped with the data they described."""
         self._check_usable()
-        self._wait_for_syncs()
+        self._wait_for_background()
         self._replace_with_empty_segment(offset)
         self._cap_truncated_before(offset)
         fsync_dir(self._directory)
@@ -910,7 +923,7 @@ class PartitionLog:
 
     def _close_files(self) -> None:
         self._closed = True
-        self._wait_for_syncs()
+        self._wait_for_background()
         for segment in self._segments:
             segment.close()
 
@@ -950,11 +963,27 @@ def _load_truncated_before(directory: Path) -> int:
         return 0
 
 
+def _unlink_deleted(directory: Path, paths: list[Path]) -> None:
+    """Remove the files of deleted segments (renamed by `LogSegment.mark_deleted`)."""
+    try:
+        for path in paths:
+            path.unlink(missing_ok=True)
+        fsync_dir(directory)
+    except OSError as error:
+        # Nothing is lost: the files are out of the log, and opening it removes them.
+        log.warning("%s: removing the files of deleted segments failed: %s", directory, error)
+
+
 def _open_segments(directory: Path, config: LogConfig) -> list[LogSegment]:
-    """Open every segment in `directory`, sorted; index files without a .log are removed."""
+    """Open every segment in `directory`, sorted; index files without a .log are removed, and
+    so are the files of deleted segments a crash left (`*.deleted`)."""
     base_offsets = set()
     orphans = []
     for path in directory.iterdir():
+        if path.suffix == DELETED_SUFFIX:
+            log.info("removing %s: its segment was deleted before a restart", path)
+            path.unlink()
+            continue
         stem, suffix = path.stem, path.suffix
         if suffix not in SEGMENT_SUFFIXES or not stem.isdigit():
             continue

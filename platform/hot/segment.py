@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 LOG_SUFFIX = ".log"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+# Added to the files of a segment that is gone from its log but not yet unlinked (Kafka's name).
+DELETED_SUFFIX = ".deleted"
 # Kafka's RecordBatch.NO_TIMESTAMP: the max timestamp of a segment without timestamps.
 NO_TIMESTAMP = -1
 # Recovery writes rebuilt index entries in chunks of this many batches (bounds its memory).
@@ -385,5 +387,24 @@ class LogSegment:
 
     def delete(self) -> None:
         self.close()
-        for path in (self.log_path, self.offset_index.path, self.time_index.path):
+        for path in self._paths():
             path.unlink(missing_ok=True)
+
+    def mark_deleted(self) -> list[Path]:
+        """Close the segment and rename its files to `<name>.deleted`, as Kafka does: the
+        segment is out of the log at once, and unlinking the files (slow for a big one) can
+        happen later, off the owner thread. Opening the log removes any left by a crash.
+        Returns the renamed files."""
+        self.close()
+        renamed = []
+        for path in self._paths():
+            target = path.with_name(path.name + DELETED_SUFFIX)
+            try:
+                path.rename(target)
+            except FileNotFoundError:
+                continue  # as `delete`, a missing index is no error
+            renamed.append(target)
+        return renamed
+
+    def _paths(self) -> tuple[Path, Path, Path]:
+        return (self.log_path, self.offset_index.path, self.time_index.path)

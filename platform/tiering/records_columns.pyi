@@ -7,6 +7,7 @@ from typing_extensions import Buffer
 class RecordColumns:
     rows: int
     headers: int
+    def __init__(self, value_bytes_hint: int = 0) -> None: ...
     def add(
         self,
         data: Buffer,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from riverbed.protocol.compression import DecompressionError, decompress
+from riverbed.protocol.compression import CompressionType, DecompressionError, decompress
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.records_header import (
     RECORDS_POSITION,
@@ -30,11 +30,11 @@ from riverbed.tiering.records_columns import RecordColumns
 class RowGroupRows:
     """The rows of whole batches added one by one, turned into one Arrow table by `table()`."""
 
-    def __init__(self, topic: str, partition: int) -> None:
+    def __init__(self, topic: str, partition: int, value_bytes_hint: int = 0) -> None:
         self._topic = topic
         self._partition = partition
         self._headers: list[BatchHeader] = []
-        self._columns = RecordColumns()
+        self._columns = RecordColumns(value_bytes_hint)
         self.section_bytes = 0  # uncompressed records sections added so far
 
     @property
@@ -45,11 +45,14 @@ class RowGroupRows:
         """Decode the batch at `position` (its CRC already checked) and keep its records.
         Raises CorruptRecordError if its records are malformed or not what the header says
         (then drop this RowGroupRows: it holds part of the batch)."""
-        compressed = memoryview(buf)[position + RECORDS_POSITION : position + header.size_bytes]
-        try:
-            section = decompress(header.compression, compressed)
-        except DecompressionError as error:
-            raise CorruptRecordError(ErrorCode.CORRUPT_MESSAGE, str(error)) from error
+        # Unsigned bytes, as the decoder takes them (a mapped segment's view is signed).
+        view = memoryview(buf).cast("B")
+        section: Bytes = view[position + RECORDS_POSITION : position + header.size_bytes]
+        if header.compression != CompressionType.NONE:
+            try:
+                section = decompress(header.compression, section)
+            except DecompressionError as error:
+                raise CorruptRecordError(ErrorCode.CORRUPT_MESSAGE, str(error)) from error
         self._columns.add(
             section,
             header.base_offset,

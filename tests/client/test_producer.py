@@ -203,6 +203,10 @@ async def test_buffer_memory_blocks_send_and_cancel_leaves_producer_usable(
 
 
 async def test_max_block_ms_bounds_the_wait_for_space(broker: BrokerProcess) -> None:
+    # The topic exists first: its creation through ZooKeeper may take longer than 300 ms on a
+    # loaded machine, and this test is about the wait for buffer space.
+    async with producer_for(broker) as creator:
+        await (await creator.send("blocked", VALUE))
     async with producer_for(
         broker, buffer_memory=2_000, batch_size=1_000, max_block_ms=300
     ) as producer:

@@ -18,7 +18,10 @@ from riverbed.protocol.errors import ErrorCode, KafkaError
 
 from tests.support.waiting import WAIT_S, eventually
 
-SESSION_TIMEOUT_MS = 1000
+# Short, since a test waits for a rival's registration for two of them; not shorter: a client
+# whose server does not answer for 2/3 of it drops the connection (ConnectionLoss), and a loaded
+# machine made a 1 s session do that while a fixture created its chroot.
+SESSION_TIMEOUT_MS = 3000
 
 
 async def open_store(connect: str) -> ClusterMetadataStore:

@@ -27,7 +27,9 @@ from riverbed.protocol.errors import ErrorCode, KafkaError
 
 from tests.support.zookeeper import expire_session
 
-SESSION_TIMEOUT_MS = 1000
+# No test here waits for a session to time out (sessions end by closing or expire_session), so
+# the timeout is long: a loaded machine that stalls a process for a second must expire nothing.
+SESSION_TIMEOUT_MS = 10_000
 WAIT_S = 10.0
 POLL_S = 0.02
 

@@ -25,8 +25,15 @@ from riverbed.coordination.zk import (
     ZkConnectionError,
 )
 
-from tests.support.waiting import WAIT_S, eventually
+from tests.support.stalls import StallMeter
+from tests.support.waiting import eventually
 from tests.support.zookeeper import expire_session, new_test_server, restart_proof_connect
+
+RESTART_SESSION_TIMEOUT_MS = 30_000
+# What a blocking call on the loop would cost is a connect or session timeout (seconds). A loop
+# thread waiting for a core on a loaded machine is late too, and the stall meter (which measures
+# stops of the whole process) does not see that: 0.56 s was seen, so the bound is above it.
+BLOCKED_S_MAX = 2.0
 
 
 @pytest.fixture
@@ -36,25 +43,43 @@ async def zk(zk_chroot: str) -> AsyncIterator[AsyncZooKeeper]:
 
 
 class LoopLagProbe:
-    """Ticks every 10 ms on the loop; a blocking call anywhere on the loop shows as lag."""
+    """Ticks every 10 ms on the loop; a blocking call anywhere on the loop shows as lag. A stall
+    of the whole process shows as lag too, so `stalls` measures those beside it, and only the
+    part of a late tick that no stall overlapped counts as the loop being blocked."""
+
+    TICK_S = 0.01
 
     def __init__(self) -> None:
-        self.lag_s_max = 0.0
+        self.stalls = StallMeter()
+        self._late_ticks: list[tuple[float, float]] = []  # (start, end) of ticks that ran late
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> LoopLagProbe:
+        self.stalls.__enter__()
         self._task = asyncio.create_task(self._run())
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         assert self._task is not None
         self._task.cancel()
+        self.stalls.__exit__(*exc_info)
+
+    def blocked_s_max(self) -> float:
+        return max(
+            (
+                end - start - self.TICK_S - self.stalls.stalled_s_within(start, end)
+                for start, end in self._late_ticks
+            ),
+            default=0.0,
+        )
 
     async def _run(self) -> None:
         while True:
             before = time.monotonic()
-            await asyncio.sleep(0.01)
-            self.lag_s_max = max(self.lag_s_max, time.monotonic() - before - 0.01)
+            await asyncio.sleep(self.TICK_S)
+            after = time.monotonic()
+            if after - before > 2 * self.TICK_S:
+                self._late_ticks.append((before, after))
 
 
 async def test_calls_and_errors(zk: AsyncZooKeeper, zk_chroot: str) -> None:
@@ -118,7 +143,7 @@ async def test_watches_run_on_the_loop_thread(zk: AsyncZooKeeper) -> None:
     # only the first and the latest values are certain.
     assert children_seen[-1][0] == ["d", "e"] and data_seen[-1][0] == b"2"
     assert {thread for _, thread in children_seen + data_seen} == {loop_thread}
-    assert probe.lag_s_max < 0.5
+    assert probe.blocked_s_max() < BLOCKED_S_MAX
 
     children.cancel()
     seen_before = len(children_seen)
@@ -150,7 +175,8 @@ async def test_reconnects_after_restart_without_blocking_the_loop(
 ) -> None:
     states: list[ConnectionState] = []
     connect = restart_proof_connect(own_server, "/r")
-    async with AsyncZooKeeper(connect, session_timeout_ms=10_000) as zk:
+    # The session outlives the server's restart, which took several seconds on a loaded machine.
+    async with AsyncZooKeeper(connect, session_timeout_ms=RESTART_SESSION_TIMEOUT_MS) as zk:
         zk.add_state_listener(states.append)
         await zk.ensure_path("/topics")
         seen: list[list[str]] = []
@@ -165,8 +191,10 @@ async def test_reconnects_after_restart_without_blocking_the_loop(
             assert not pending.done()
             await asyncio.to_thread(own_server.start)
             # ...and completes once the client is back (same session: it is resumed).
-            assert await asyncio.wait_for(pending, WAIT_S) == "/topics/during-outage"
-        assert probe.lag_s_max < 0.5
+            assert await asyncio.wait_for(pending, RESTART_SESSION_TIMEOUT_MS / 1000) == (
+                "/topics/during-outage"
+            )
+        assert probe.blocked_s_max() < BLOCKED_S_MAX
 
         await zk.create("/topics/after")
         await eventually(lambda: bool(seen) and seen[-1] == ["after", "during-outage"])

@@ -1,11 +1,11 @@
 """Driving `GroupMembership` directly, as the coordinator does: requests built like a client's,
-real asyncio timers, and an in-memory `persist` (the real one is the coordinator's, tested with
-brokers) that records, holds or fails writes."""
+asyncio timers on a virtual-time loop (`tests.support.virtual_time`: the tests run on it, and
+the membership's clock is the loop's), and an in-memory `persist` (the real one is the
+coordinator's, tested with brokers) that records, holds or fails writes."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -16,6 +16,8 @@ from riverbed.protocol import messages as m
 from riverbed.protocol.data_messages import ConsumerProtocolSubscription, GroupMetadataValue
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.versioned import encode_versioned
+
+from tests.support.virtual_time import loop_now_ms
 
 SESSION_MS = 2_000
 REBALANCE_MS = 3_000
@@ -28,10 +30,6 @@ def subscription(*topics: str) -> bytes:
 
 
 RANGE = (("range", subscription("t1")),)
-
-
-def now_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 def broker_config(**settings: str) -> BrokerConfig:
@@ -78,7 +76,7 @@ class MemoryLog:
 @asynccontextmanager
 async def running(**settings: str) -> AsyncIterator[tuple[GroupMembership, MemoryLog]]:
     persist = MemoryLog()
-    membership = GroupMembership(broker_config(**settings), persist, now_ms)
+    membership = GroupMembership(broker_config(**settings), persist, loop_now_ms)
     try:
         yield membership, persist
     finally:

@@ -20,6 +20,7 @@ from tests.groups.membership_support import (
     subscription,
     sync,
 )
+from tests.support.virtual_time import virtual_time
 
 
 def stored_group(session_ms: int = 300) -> GroupMetadataValue:
@@ -38,6 +39,7 @@ def stored_group(session_ms: int = 300) -> GroupMetadataValue:
     )
 
 
+@virtual_time
 async def test_a_loaded_group_is_stable_and_its_sessions_start_at_load() -> None:
     async with running() as (membership, persist):
         membership.load("g", stored_group(session_ms=300))
@@ -62,6 +64,7 @@ async def test_a_loaded_group_is_stable_and_its_sessions_start_at_load() -> None
         assert persist.writes == []  # nothing stored until the new leader syncs
 
 
+@virtual_time
 async def test_a_version_0_record_without_rebalance_timeout_uses_the_session_timeout() -> None:
     async with running() as (membership, _):
         membership.load("g", stored_group(session_ms=300))
@@ -73,10 +76,12 @@ async def test_a_version_0_record_without_rebalance_timeout_uses_the_session_tim
         while not rejoin.done():
             assert heartbeat(membership, "m-1", 4) is ErrorCode.REBALANCE_IN_PROGRESS
             await asyncio.sleep(0.02)
-        assert 0.25 <= asyncio.get_running_loop().time() - started < 1.0
+        # Virtual time: the 300 ms session timeout, seen at the next 20 ms poll at the latest.
+        assert 0.3 - 1e-6 <= asyncio.get_running_loop().time() - started <= 0.32 + 1e-6
         assert [member.member_id for member in rejoin.result().members] == ["m-2"]
 
 
+@virtual_time
 async def test_unload_answers_parked_calls_with_not_coordinator_and_forgets_the_group() -> None:
     async with running() as (membership, persist):
         (leader, follower), generation = await stable_group(membership, 2)
@@ -93,6 +98,7 @@ async def test_unload_answers_parked_calls_with_not_coordinator_and_forgets_the_
         assert len(persist.writes) == writes
 
 
+@virtual_time
 async def test_a_parked_sync_is_answered_not_coordinator_when_unloaded_mid_write() -> None:
     async with running() as (membership, persist):
         joins = await asyncio.gather(join_new(membership), join_new(membership))
@@ -112,6 +118,7 @@ async def test_a_parked_sync_is_answered_not_coordinator_when_unloaded_mid_write
         assert persist.writes == []  # the write was cancelled with the group
 
 
+@virtual_time
 async def test_close_answers_parked_calls_and_stops_every_timer() -> None:
     async with running() as (membership, persist):
         (leader, _), _ = await stable_group(membership, 2, session_ms=100)
@@ -126,6 +133,7 @@ async def test_close_answers_parked_calls_and_stops_every_timer() -> None:
         assert len(persist.writes) == writes
 
 
+@virtual_time
 async def test_a_groups_writes_reach_the_log_in_the_order_it_made_them() -> None:
     async with running() as (membership, persist):
         first = await join(membership, version=3, session_ms=100)
@@ -146,6 +154,7 @@ async def test_a_groups_writes_reach_the_log_in_the_order_it_made_them() -> None
         assert membership.group_state("g") is GroupState.EMPTY
 
 
+@virtual_time
 async def test_subscribed_topics_only_for_parsable_consumer_groups() -> None:
     async with running() as (membership, _):
         assert membership.subscribed_topics("nowhere") is None

@@ -1,6 +1,6 @@
-"""GroupMembership with real asyncio: members joining together, followers waiting for the leader,
-the group's metadata written before anyone is answered, sessions and rebalance timeouts that
-remove members, static members rejoining without a rebalance."""
+"""GroupMembership on asyncio, in virtual time: members joining together, followers waiting for
+the leader, the group's metadata written before anyone is answered, sessions and rebalance
+timeouts that remove members, static members rejoining without a rebalance."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ from tests.groups.membership_support import (
     subscription,
     sync,
 )
+from tests.support.virtual_time import virtual_time
 
 
+@virtual_time
 async def test_concurrent_joins_make_one_generation_and_syncs_hand_out_the_assignment() -> None:
     async with running() as (membership, persist):
         protocols = [
@@ -61,6 +63,7 @@ async def test_concurrent_joins_make_one_generation_and_syncs_hand_out_the_assig
         assert {m.member_id: m.member_assignment for m in described.members} == assignments
 
 
+@virtual_time
 async def test_syncs_are_answered_only_once_the_write_is_committed() -> None:
     async with running() as (membership, persist):
         joins = await asyncio.gather(join_new(membership), join_new(membership))
@@ -78,6 +81,7 @@ async def test_syncs_are_answered_only_once_the_write_is_committed() -> None:
         assert [r.assignment for r in await asyncio.gather(*syncs)] == [b"L", b"F"]
 
 
+@virtual_time
 async def test_a_failed_write_answers_every_member_with_its_error_and_rebalances() -> None:
     async with running() as (membership, persist):
         joins = await asyncio.gather(join_new(membership), join_new(membership))
@@ -93,6 +97,7 @@ async def test_a_failed_write_answers_every_member_with_its_error_and_rebalances
         assert heartbeat(membership, follower, 1) is ErrorCode.REBALANCE_IN_PROGRESS
 
 
+@virtual_time
 async def test_a_silent_member_is_removed_when_its_session_expires_and_the_group_rebalances() -> (
     None
 ):
@@ -109,6 +114,7 @@ async def test_a_silent_member_is_removed_when_its_session_expires_and_the_group
         assert heartbeat(membership, silent, generation) is ErrorCode.UNKNOWN_MEMBER_ID
 
 
+@virtual_time
 async def test_members_that_do_not_rejoin_within_the_rebalance_timeout_are_removed() -> None:
     async with running() as (membership, _):
         (leader, laggard), generation = await stable_group(membership, 2, rebalance_ms=300)
@@ -122,10 +128,12 @@ async def test_members_that_do_not_rejoin_within_the_rebalance_timeout_are_remov
         response = rejoin.result()
         assert response.generation_id == generation + 1
         assert [m.member_id for m in response.members] == [leader]
-        assert 0.25 <= waited_s < 1.0
+        # Virtual time: the 300 ms timeout, seen at the next 30 ms poll at the latest.
+        assert 0.3 - 1e-6 <= waited_s <= 0.33 + 1e-6
         assert heartbeat(membership, laggard, generation) is ErrorCode.UNKNOWN_MEMBER_ID
 
 
+@virtual_time
 async def test_a_follower_syncs_but_a_member_that_never_syncs_is_removed() -> None:
     async with running() as (membership, _):
         joins = await asyncio.gather(
@@ -138,6 +146,7 @@ async def test_a_follower_syncs_but_a_member_that_never_syncs_is_removed() -> No
         assert [m.member_id for m in membership.describe("g").members] == [leader]
 
 
+@virtual_time
 async def test_a_static_member_restarting_keeps_its_assignment_without_a_rebalance() -> None:
     async with running() as (membership, persist):
         joins = await asyncio.gather(
@@ -178,6 +187,7 @@ async def test_a_static_member_restarting_keeps_its_assignment_without_a_rebalan
         assert stale_join.error_code == ErrorCode.FENCED_INSTANCE_ID
 
 
+@virtual_time
 async def test_the_leader_rejoining_forces_a_rebalance_and_an_unchanged_follower_does_not() -> None:
     async with running() as (membership, _):
         (leader, follower), generation = await stable_group(membership, 2)
@@ -191,6 +201,7 @@ async def test_the_leader_rejoining_forces_a_rebalance_and_an_unchanged_follower
         assert follower_rejoin.generation_id == (await rejoin).generation_id == generation + 1
 
 
+@virtual_time
 async def test_the_last_member_leaving_empties_the_group_and_stores_that() -> None:
     async with running() as (membership, persist):
         (leader, follower), generation = await stable_group(membership, 2)

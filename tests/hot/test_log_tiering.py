@@ -4,15 +4,20 @@ stats for local retention, and deleting what the remote tier holds."""
 from __future__ import annotations
 
 import os
+import shutil
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from riverbed.hot.log import PartitionLog, SealedBatches
+from riverbed.hot.segment import DELETED_SUFFIX, SEGMENT_SUFFIXES
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.records import decode_batch, iter_batch_headers
 
-from tests.hot.test_log import append, batch, fill, open_log, read_records
+from tests.hot.test_log import SMALL, Clock, append, batch, fill, open_log, read_records
 
 
 @pytest.fixture
@@ -107,6 +112,69 @@ def test_deletion_survives_a_reopen(tmp_path: Path) -> None:
     reopened = open_log(tmp_path / "t-0")
     try:
         assert (reopened.log_start_offset, reopened.log_end_offset) == (start, end)
+    finally:
+        reopened.close()
+
+
+class HeldLog(NamedTuple):
+    log: PartitionLog
+    values: list[bytes]  # by offset
+    release: threading.Event  # the log's background executor runs nothing until it is set
+
+
+@pytest.fixture
+def held(tmp_path: Path) -> Iterator[HeldLog]:
+    """A filled log whose background executor is held by a first job until `release`."""
+    executor, release = ThreadPoolExecutor(1), threading.Event()
+    executor.submit(release.wait)
+    log = PartitionLog.open(
+        tmp_path / "t-0", SMALL, recovery_point=0, now_ms=Clock(), flush_executor=executor
+    )
+    values = fill(log, 100)
+    log.update_high_watermark(log.log_end_offset)
+    yield HeldLog(log, values, release)
+    release.set()
+    log.close()
+    executor.shutdown()
+
+
+def test_deleted_segments_are_renamed_at_once_and_unlinked_in_the_background(
+    held: HeldLog,
+) -> None:
+    log = held.log
+    doomed = [s.base_offset for s in log.segment_stats()[:2]]
+    log.delete_segments_below(log.segment_stats()[2].base_offset)
+    # Out of the log at once: their files carry `.deleted`, and nothing is unlinked yet.
+    names = {path.name for path in log.directory.iterdir()}
+    for base_offset in doomed:
+        for suffix in SEGMENT_SUFFIXES:
+            assert f"{base_offset:020d}{suffix}" not in names
+            assert f"{base_offset:020d}{suffix}{DELETED_SUFFIX}" in names
+    assert log.log_start_offset == log.segment_stats()[0].base_offset
+    held.release.set()
+    log.close()  # waits for the background work
+    assert not list(log.directory.glob(f"*{DELETED_SUFFIX}"))
+
+
+def test_files_of_deleted_segments_left_by_a_crash_are_removed_when_the_log_opens(
+    tmp_path: Path, held: HeldLog
+) -> None:
+    log, values = held.log, held.values
+    start = log.segment_stats()[2].base_offset
+    log.delete_segments_below(start)
+    # The disk as a crash would leave it: renamed, never unlinked.
+    crashed = tmp_path / "crashed-0"
+    shutil.copytree(log.directory, crashed)
+    assert list(crashed.glob(f"*{DELETED_SUFFIX}"))
+    reopened = open_log(crashed)
+    try:
+        assert not list(crashed.glob(f"*{DELETED_SUFFIX}"))
+        assert (reopened.log_start_offset, reopened.log_end_offset) == (start, len(values))
+        kept: list[bytes] = []
+        while start + len(kept) < reopened.log_end_offset:  # a read stops at a segment's end
+            read = read_records(reopened, start + len(kept), 1_000_000, reopened.log_end_offset)
+            kept += [r.value for r in read]
+        assert kept == values[start:]
     finally:
         reopened.close()
 

@@ -4,11 +4,13 @@ own response, whatever the others do, and the wait ends at the request's timeout
 from __future__ import annotations
 
 import asyncio
-import time
 
+import pytest
 from riverbed.hot.handlers.produce import _Pending, _wait_for_commits
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.messages import ProduceResponse
+
+from tests.support.virtual_time import virtual_time
 
 PartitionResponse = ProduceResponse.PartitionProduceResponse
 
@@ -37,6 +39,7 @@ def _pending(name: str, *, under_min_isr: bool = False) -> _Pending:
     return _Pending(response, _Partition(name, under_min_isr=under_min_isr), future)  # type: ignore[arg-type]
 
 
+@virtual_time
 async def test_each_partition_settles_on_its_own_and_the_wait_ends_at_the_timeout() -> None:
     committed, failed, shrunk, never, late = (
         _pending("t-0"),
@@ -53,10 +56,9 @@ async def test_each_partition_settles_on_its_own_and_the_wait_ends_at_the_timeou
     loop.call_later(0.03, shrunk.committed.set_result, None)
     # `never` is never committed; `late` would be, after the timeout (and must not count).
     loop.call_later(0.5, lambda: late.committed.done() or late.committed.set_result(None))
-    started = time.monotonic()
+    started = loop.time()
     await _wait_for_commits([committed, failed, shrunk, never, late], timeout_ms=200)
-    elapsed_s = time.monotonic() - started
-    assert 0.2 <= elapsed_s < 0.45
+    assert loop.time() - started == pytest.approx(0.2)  # virtual time: exactly the timeout
     assert committed.response.error_code == ErrorCode.NONE
     assert failed.response.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert shrunk.response.error_code == ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
@@ -67,12 +69,13 @@ async def test_each_partition_settles_on_its_own_and_the_wait_ends_at_the_timeou
         assert timed_out.committed.cancelled()
 
 
+@virtual_time
 async def test_the_wait_ends_as_soon_as_every_partition_is_committed() -> None:
     first, second = _pending("t-0"), _pending("t-1")
     loop = asyncio.get_running_loop()
     loop.call_later(0.02, second.committed.set_result, None)  # out of order
     loop.call_later(0.04, first.committed.set_result, None)
-    started = time.monotonic()
+    started = loop.time()
     await _wait_for_commits([first, second], timeout_ms=30_000)
-    assert time.monotonic() - started < 1.0
+    assert loop.time() - started == pytest.approx(0.04)  # the last commit, not the timeout
     assert first.response.error_code == second.response.error_code == ErrorCode.NONE

@@ -110,8 +110,26 @@ class Driver(Protocol):
         ...
 
 
-def _deadline() -> float:
-    return time.monotonic() + OPERATION_TIMEOUT_S
+class ProgressDeadline:
+    """A consume loop's bound: it gives up once no record has arrived for OPERATION_TIMEOUT_S.
+    A stuck consumer is caught as surely as by a fixed deadline, and a long stream (records
+    produced while it reads, on a slow machine) takes as long as it takes."""
+
+    def __init__(self) -> None:
+        self._seen = 0
+        self._progress_s = time.monotonic()
+
+    def passed(self, seen: int) -> bool:
+        now_s = time.monotonic()
+        if seen != self._seen:
+            self._seen, self._progress_s = seen, now_s
+        return now_s - self._progress_s > OPERATION_TIMEOUT_S
+
+    def check(self, seen: int, count: int) -> None:
+        if seen < count:
+            raise AssertionError(
+                f"consumed {seen} of {count} records; none more for {OPERATION_TIMEOUT_S} s"
+            )
 
 
 def _as_headers(pairs: Sequence[tuple[str, bytes | None]] | None) -> Headers:
@@ -195,14 +213,13 @@ class ConfluentKafka:
 
     def consume(self, topic: str, partition: int, start_offset: int, count: int) -> list[Consumed]:
         out: list[Consumed] = []
-        deadline = _deadline()
+        deadline = ProgressDeadline()
         with self.consumer() as consumer:
             consumer.assign([confluent_kafka.TopicPartition(topic, partition, start_offset)])
-            while len(out) < count and time.monotonic() < deadline:
+            while len(out) < count and not deadline.passed(len(out)):
                 for record in consumer.consume(count - len(out), POLL_INTERVAL_S):
                     out.append(self._consumed(record))
-        if len(out) < count:
-            raise AssertionError(f"consumed {len(out)} of {count} records before the timeout")
+        deadline.check(len(out), count)
         return out
 
     @staticmethod
@@ -352,7 +369,8 @@ class AioKafka:
         )
 
     def consume(self, topic: str, partition: int, start_offset: int, count: int) -> list[Consumed]:
-        return _run(self._consume(topic, partition, start_offset, count))
+        # Bounded by its progress, not by _run's total time (see ProgressDeadline).
+        return asyncio.run(self._consume(topic, partition, start_offset, count))
 
     async def _consume(
         self, topic: str, partition: int, start_offset: int, count: int
@@ -360,11 +378,12 @@ class AioKafka:
         consumer = self._consumer()
         await consumer.start()
         out: list[Consumed] = []
+        deadline = ProgressDeadline()
         try:
             assigned = AioTopicPartition(topic, partition)
             consumer.assign([assigned])
             consumer.seek(assigned, start_offset)
-            while len(out) < count:
+            while len(out) < count and not deadline.passed(len(out)):
                 batches = await consumer.getmany(assigned, timeout_ms=int(POLL_INTERVAL_S * 1000))
                 for record in batches.get(assigned, []):
                     message = Message(
@@ -373,6 +392,7 @@ class AioKafka:
                     out.append(Consumed(record.offset, message))
         finally:
             await consumer.stop()
+        deadline.check(len(out), count)
         return out[:count]
 
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
@@ -503,20 +523,19 @@ class KafkaPython:
 
     def consume(self, topic: str, partition: int, start_offset: int, count: int) -> list[Consumed]:
         out: list[Consumed] = []
-        deadline = _deadline()
+        deadline = ProgressDeadline()
         assigned = kafka.TopicPartition(topic, partition)
         with self.consumer() as consumer:
             consumer.assign([assigned])
             consumer.seek(assigned, start_offset)
-            while len(out) < count and time.monotonic() < deadline:
+            while len(out) < count and not deadline.passed(len(out)):
                 batches = consumer.poll(timeout_ms=int(POLL_INTERVAL_S * 1000))
                 for record in batches.get(assigned, []):
                     message = Message(
                         record.key, record.value, _as_headers(record.headers), record.timestamp
                     )
                     out.append(Consumed(record.offset, message))
-        if len(out) < count:
-            raise AssertionError(f"consumed {len(out)} of {count} records before the timeout")
+        deadline.check(len(out), count)
         return out[:count]
 
     def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:

@@ -11,11 +11,14 @@ import asyncio
 import contextlib
 import os
 import random
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from botocore.httpsession import get_cert_path
 from riverbed.tiering.file_store import TEMP_SUFFIX, FileStore
 from riverbed.tiering.retry import RetryPolicy
 from riverbed.tiering.s3_store import MIB, S3Settings, S3Store
@@ -23,6 +26,7 @@ from riverbed.tiering.store import ObjectInfo, ObjectNotFoundError, ObjectStore,
 from riverbed.tiering.stores import open_store
 
 from tests.support.moto_server import HOST, MotoServer
+from tests.support.stalls import StallMeter
 from tests.tiering.conftest import MotoServerFactory
 
 # Small pages so listing walks many of them; small parts so a multipart upload stays quick
@@ -448,9 +452,12 @@ async def test_s3_open_readies_the_client_without_a_request(
     try:
         server.pause()  # a request would wait out its timeout, then fail
         started = time.monotonic()
-        await store.open()
-        await store.open()  # once is enough; again changes nothing
-        assert time.monotonic() - started < store.settings.retry_policy.attempt_timeout_ms / 1000
+        with StallMeter() as stalls:  # reading botocore's models took 3 s on a stalling host
+            await store.open()
+            await store.open()  # once is enough; again changes nothing
+        took_s = time.monotonic() - started
+        attempt_timeout_s = store.settings.retry_policy.attempt_timeout_ms / 1000
+        assert took_s < attempt_timeout_s + stalls.stalled_s_total, (took_s, stalls.stalled_s_total)
         assert store._client is not None  # built: the first call will not pay for it
         server.resume()
         await store.put("k", b"v")
@@ -460,6 +467,35 @@ async def test_s3_open_readies_the_client_without_a_request(
         await store.close()
     with pytest.raises(ObjectStoreError, match="closed"):
         await store.open()
+
+
+async def test_s3_plain_http_endpoint_loads_no_ca_bundle(
+    moto_server: MotoServer, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An http:// endpoint never starts TLS: its first request must not pay for reading the
+    CA bundle (aiobotocore does that when the client verifies, whatever the scheme)."""
+    loads: list[object] = []
+    real_load = ssl.SSLContext.load_verify_locations
+
+    def counting_load(context: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        loads.append(args)
+        real_load(context, *args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counting_load)
+    # The counter counts: the contexts aiobotocore makes are ssl.SSLContext's.
+    ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(get_cert_path(True))
+    assert loads
+    loads.clear()
+    assert moto_server.settings()["remote.storage.s3.endpoint"].startswith("http://")
+    store = open_store(f"s3://{s3_bucket}", moto_server.settings(), environ={})
+    try:
+        await store.put("k", b"v")
+        assert await store.get("k") == b"v"
+    finally:
+        await store.close()
+    assert loads == []
+    https = S3Settings(region="us-east-1", endpoint_url="https://s3.example.test")
+    assert https.tls_verify is None  # botocore's default: verify against the CA bundle
 
 
 async def test_s3_store_closed(moto_server: MotoServer, s3_bucket: str) -> None:

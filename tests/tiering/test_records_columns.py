@@ -92,16 +92,18 @@ def add(columns: RecordColumns, header: BatchHeader, section: bytes) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(records, st.integers(0, 1 << 40))
+@given(records, st.integers(0, 1 << 40), st.integers(0, 4096))
 def test_decodes_what_the_client_decodes(
     rows: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]],
     base_offset: int,
+    value_bytes_hint: int,
 ) -> None:
     batch = encode_batch(
         [(k, v, h, TIMESTAMP_MS + d) for k, v, h, d in rows], base_offset=base_offset
     )
     header, section = section_of(batch)
-    columns = RecordColumns()
+    # Room reserved for the values, below or above what they need: the same columns.
+    columns = RecordColumns(value_bytes_hint)
     add(columns, header, section)
     expected = [
         (r.offset, r.timestamp_ms - header.base_timestamp, r.key, r.value, tuple(r.headers))

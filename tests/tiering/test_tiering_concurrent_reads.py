@@ -20,7 +20,7 @@ from riverbed.client.consumer import Consumer
 from riverbed.client.producer import Producer
 from riverbed.client.types import TopicPartition
 
-from tests.interop.drivers import DRIVERS, Consumed, Message
+from tests.interop.drivers import DRIVERS, Consumed, Message, ProgressDeadline
 from tests.support.broker import BrokerFactory, BrokerProcess
 from tests.tiering.test_tiering_broker import TIERED_TOPIC, value_of, wait_until
 from tests.tiering.test_tiering_s3_broker import BROKER_SETTINGS, local_start, s3_broker
@@ -31,7 +31,6 @@ ROUND_RECORDS: Final = 300
 ROUND_PAUSE_S: Final = 0.15  # spreads production over a few seconds of tiering rounds
 TOTAL: Final = BEFORE_READERS + WHILE_READING
 BASE_TIMESTAMP_MS: Final = int(time.time() * 1000)
-READ_TIMEOUT_S: Final = 60.0
 
 
 def message_of(i: int) -> Message:
@@ -79,9 +78,8 @@ async def read_with_riverbed(bootstrap: str, topic: str) -> list[Consumed]:
     async with Consumer(bootstrap_servers=bootstrap) as consumer:
         consumer.assign([TopicPartition(topic, 0)])
         await consumer.seek_to_beginning()
-        deadline = time.monotonic() + READ_TIMEOUT_S
-        while len(out) < TOTAL:
-            assert time.monotonic() < deadline, f"read {len(out)} of {TOTAL} records"
+        deadline = ProgressDeadline()  # bounded by progress, as the drivers' readers are
+        while len(out) < TOTAL and not deadline.passed(len(out)):
             for records in (await consumer.getmany(timeout_ms=500)).values():
                 out += [
                     Consumed(
@@ -90,6 +88,7 @@ async def read_with_riverbed(bootstrap: str, topic: str) -> list[Consumed]:
                     )
                     for r in records
                 ]
+    deadline.check(len(out), TOTAL)
     return out
 
 
