@@ -12,8 +12,16 @@ SOURCES := $(shell find platform spark -type f \( -name '*.py' -o -name '*.pyx' 
 run: setup
 	$(VENV)/bin/riverbed cluster up --brokers 3 --data-dir ./.riverbed --demo-topic demo
 
+# Test files are spread over TEST_WORKERS processes (pytest-xdist; a file stays on one worker, so
+# its module fixtures are built once, and tests/spark stays whole: tests/support/
+# xdist_scheduling.py): most tests wait on brokers, ZooKeeper and timeouts rather than compute,
+# and a serial run kept the 2 cores ~25% busy. Units go out in collection order, which puts
+# tests/spark first. TEST_WORKERS=0 runs them serially.
+TEST_WORKERS ?= 4
+
 test: setup-test
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		$(PYTEST_ARGS)
 
 lint: setup-test
 	$(VENV)/bin/ruff check platform spark tests bench

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, settings
 
 from tests.support.broker import broker, broker_factory  # noqa: F401
 from tests.support.cluster import cluster_factory  # noqa: F401
+from tests.support.xdist_scheduling import FileOrDirectoryScheduling, whole_directories_first
 from tests.support.zookeeper import own_zookeeper, zk_chroot, zookeeper  # noqa: F401
 
 # Hypothesis times each example against a 200 ms deadline by default, and fails a test whose
@@ -44,8 +45,41 @@ kazoo.protocol.connection.random = random.Random()  # type: ignore[assignment]
 kazoo.retry.random = random.Random()  # type: ignore[assignment]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    whole_directories_first(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`--dist loadfile` (what `make test` asks for) keeps tests/spark on one worker."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    return FileOrDirectoryScheduling(config, log)  # type: ignore[arg-type]
+
+
+def _zk_loops_running() -> list[str]:
+    return [t.name for t in threading.enumerate() if "zk_loop" in t.name]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # Under pytest-xdist a worker's own summary is never shown: it hands its list to the
+    # controller, which reports every worker's (pytest_testnodedown below).
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["zk_loops_running"] = _zk_loops_running()
+
+
+_reported_zk_loops: list[str] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    workeroutput = getattr(node, "workeroutput", {})
+    _reported_zk_loops.extend(workeroutput.get("zk_loops_running", []))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    running = [t.name for t in threading.enumerate() if "zk_loop" in t.name]
+    running = _zk_loops_running() + _reported_zk_loops
     if running:
         terminalreporter.write_line(
             f"ZooKeeper clients still running after the tests (a test did not stop one): "

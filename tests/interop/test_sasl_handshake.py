@@ -130,5 +130,8 @@ def test_kafka_python_sends_a_handshake_we_read(
             sasl_plain_username=SASL_CLIENT_CONFIG["username"],
             sasl_plain_password=SASL_CLIENT_CONFIG["password"],
             request_timeout_ms=KAFKA_PYTHON_TIMEOUT_MS,
+            # It retries a failed bootstrap until this (30 s by default); the first failure is
+            # what the test reads.
+            bootstrap_timeout_ms=KAFKA_PYTHON_TIMEOUT_MS,
         )
     assert "SaslHandshake failed: IllegalSaslStateError" in caplog.text

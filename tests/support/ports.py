@@ -7,11 +7,15 @@ A port is picked now and bound later by another process, so two things can take 
 - the local end of an outgoing connection: clients get their ports from the kernel's ephemeral
   range (`ip_local_port_range`), and a listener cannot bind a port a connection holds.
 
-So ports come from below the ephemeral range, and none is handed out twice in one test run.
+- a server of another pytest-xdist worker: workers are separate processes that share no state.
+
+So ports come from below the ephemeral range, none is handed out twice in one test run, and each
+xdist worker picks from its own slice of that range.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from pathlib import Path
@@ -35,6 +39,18 @@ def _pick_high() -> int:
     return max(low, PICK_LOW + 1_000)
 
 
+def _worker_slice(low: int, high: int) -> tuple[int, int]:
+    """This process's share of [low, high): all of it, or one slice per pytest-xdist worker
+    (PYTEST_XDIST_WORKER is "gw0", "gw1", ...)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or count <= 1:
+        return low, high
+    index = int(worker.removeprefix("gw"))
+    width = (high - low) // count
+    return low + index * width, low + (index + 1) * width
+
+
 def free_port() -> int:
     """A port on 127.0.0.1 that nothing listens on now and that this test run has not handed
     out before."""
@@ -43,14 +59,15 @@ def free_port() -> int:
 
 def free_port_run(count: int) -> int:
     """The first of `count` consecutive ports, each as `free_port()` gives them."""
-    high = _pick_high() - count + 1
+    low, high = _worker_slice(PICK_LOW, _pick_high())
+    high -= count - 1
     for _ in range(PICK_ATTEMPTS_MAX):
-        base = random.randrange(PICK_LOW, high)
+        base = random.randrange(low, high)
         run = range(base, base + count)
         if _handed_out.isdisjoint(run) and all(port_free(port) for port in run):
             _handed_out.update(run)
             return base
-    raise RuntimeError(f"no {count} free consecutive ports on {HOST} in [{PICK_LOW}, {high})")
+    raise RuntimeError(f"no {count} free consecutive ports on {HOST} in [{low}, {high})")
 
 
 def port_free(port: int) -> bool:

@@ -23,6 +23,8 @@ from kazoo.client import KazooClient
 from riverbed.coordination.embedded_zk import EmbeddedZooKeeper, require_available
 from riverbed.coordination.zk import AsyncZooKeeper
 
+from tests.support.ports import free_port
+
 # Short ticks make session expiry tests fast (the minimum session timeout is two ticks).
 TEST_TICK_TIME_MS = 100
 
@@ -30,8 +32,9 @@ _server: EmbeddedZooKeeper | None = None
 
 
 def new_test_server(data_dir: Path) -> EmbeddedZooKeeper:
-    """A server configured for tests (short ticks, no fsync); not yet started."""
-    return EmbeddedZooKeeper(data_dir, tick_time_ms=TEST_TICK_TIME_MS, fsync=False)
+    """A server configured for tests (short ticks, no fsync), on a port of the test run's own
+    (tests/support/ports.py); not yet started."""
+    return EmbeddedZooKeeper(data_dir, free_port(), tick_time_ms=TEST_TICK_TIME_MS, fsync=False)
 
 
 class DedicatedZooKeeper:
