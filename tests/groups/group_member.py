@@ -233,9 +233,24 @@ def run_kafka_python(args: argparse.Namespace, out: Reporter, stop: threading.Ev
             }
         )
 
+    finish_joins_left_running(consumer)
     consumer.subscribe(topics=[args.topic], listener=Listener())
     serve(poll, commit, (KafkaError,), out, stop)
     consumer.close()
+
+
+def finish_joins_left_running(consumer: Any) -> None:
+    """Works around a kafka-python 3.0.12 race: when poll()'s time runs out during a rebalance,
+    the JoinGroup + SyncGroup task is left running, and it is picked up by the next poll only if
+    the coordinator still needs a rejoin. The task itself clears that need (it records the
+    metadata snapshot it assigned), so its result is never read: heartbeats stay off, the
+    session expires and the member never rejoins (kafka/coordinator/base.py,
+    ensure_active_group; seen here once in ~12 runs under load, and in 1 of 3 runs with 2 ms
+    polls, which with this passed 6 runs of 6).
+    A join task in flight counts as a rejoin needed, so the next poll reads it."""
+    coordinator = consumer._coordinator  # kafka-python's own; no public handle
+    need_rejoin = coordinator.need_rejoin
+    coordinator.need_rejoin = lambda: need_rejoin() or coordinator._join_task is not None
 
 
 async def run_aiokafka(args: argparse.Namespace, out: Reporter, stop: asyncio.Event) -> None:
