@@ -1,12 +1,11 @@
 """Ports on 127.0.0.1 for the servers tests start (brokers, moto, proxies).
 
-A port is picked now and bound later by another process, so two things can take it meanwhile:
+A port is picked now and bound later by another process, so three things can take it meanwhile:
 
 - another server of the same test run, given the same port: bind(0) may hand out a port again
   as soon as its probe socket is closed (seen in CI: two brokers of one cluster got one port);
 - the local end of an outgoing connection: clients get their ports from the kernel's ephemeral
-  range (`ip_local_port_range`), and a listener cannot bind a port a connection holds.
-
+  range (`ip_local_port_range`), and a listener cannot bind a port a connection holds;
 - a server of another pytest-xdist worker: workers are separate processes that share no state.
 
 So ports come from below the ephemeral range, none is handed out twice in one test run, and each
