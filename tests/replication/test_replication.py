@@ -203,6 +203,14 @@ async def test_parked_acks_all_times_out_or_fails_after_the_isr_shrinks(
     ISR shrinks, but below min.insync.replicas, so NOT_ENOUGH_REPLICAS_AFTER_APPEND."""
     brokers = await start_brokers(broker_factory, 3)
     topic, leader, follower = await strict_topic(brokers)
+
+    # The leader takes up its leadership after Metadata from another broker names it: a loaded
+    # run sent the first write below before that and got UNKNOWN_TOPIC_OR_PARTITION. Once an
+    # acks=all write succeeds, the leader serves the partition and both followers fetch.
+    async def leader_takes_acks_all() -> bool:
+        return await produce_one(brokers[leader], topic, 5_000) == ErrorCode.NONE
+
+    await wait_for(leader_takes_acks_all, "the leader to take an acks=all write")
     os.kill(brokers[follower].pid, signal.SIGSTOP)
     try:
         assert await produce_one(brokers[leader], topic, 300) == ErrorCode.REQUEST_TIMED_OUT
