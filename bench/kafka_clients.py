@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import time
-import uuid
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from confluent_kafka.cimpl import NewTopic
 
 from bench.procs import ProcessFailed
@@ -35,15 +34,19 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
 
 
 def end_offset(bootstrap: str, topic: str, partition: int) -> int:
-    """The partition's high watermark, as a consumer sees it (ListOffsets)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4()}"})
-    try:
-        _, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=TOPIC_READY_TIMEOUT_S
-        )
-    finally:
-        consumer.close()
-    return int(high)
+    """The partition's high watermark, from ListOffsets (latest) through an admin client.
+
+    Not through a consumer: confluent-kafka's needs a group.id, and a consumer with a group
+    looks up its coordinator, which creates __consumer_offsets (50 partitions, replicated on a
+    3-broker cluster). Every replica fetch then carries those partitions too, and the runs after
+    the first check would be measured on a different cluster than the first.
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    wanted = TopicPartition(topic, partition)
+    futures = admin.list_offsets(
+        {wanted: OffsetSpec.latest()}, request_timeout=TOPIC_READY_TIMEOUT_S
+    )
+    return int(futures[wanted].result(timeout=TOPIC_READY_TIMEOUT_S).offset)
 
 
 def produce_acknowledged(bootstrap: str, topic: str, partition: int, values: list[bytes]) -> None:
