@@ -78,16 +78,20 @@ class FollowerTracker:
         leader_end_offset: int,
         now_ms: int,
         log_start_offset: int = UNKNOWN_OFFSET,
-    ) -> None:
+    ) -> bool:
+        """Record a fetch from `fetch_offset`; whether the follower's log end moved up (only
+        then can the high watermark move because of it)."""
         state = self._followers[follower_id]
         state.log_start_offset = log_start_offset
         if fetch_offset >= leader_end_offset:
             state.last_caught_up_ms = max(state.last_caught_up_ms, now_ms)
         elif fetch_offset >= state.leader_end_offset_at_last_fetch:
             state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+        moved = fetch_offset > state.log_end_offset
         state.log_end_offset = fetch_offset
         state.leader_end_offset_at_last_fetch = leader_end_offset
         state.last_fetch_ms = now_ms
+        return moved
 
     def out_of_sync(
         self, members: Iterable[int], leader_end_offset: int, now_ms: int, lag_max_ms: int

@@ -229,10 +229,15 @@ class Partition:
             raise KafkaError(
                 ErrorCode.REPLICA_NOT_AVAILABLE, f"broker {follower_id} is not a replica of {self}"
             )
-        followers.on_fetch(
+        moved = followers.on_fetch(
             follower_id, fetch_offset, self.log.log_end_offset, now_ms, log_start_offset
         )
-        self.maybe_advance_high_watermark()
+        # The HW is the lowest log end of the ISR: it can only rise when one of them does (a
+        # shrinking ISR or a leader alone advance it where those change). Most fetches of a
+        # partition nobody writes to move nothing, and a replica fetch names every partition
+        # the follower copies from this leader.
+        if moved:
+            self.maybe_advance_high_watermark()
         if self.low_watermark_waiters:
             self.low_watermark_waiters.release_up_to(self.low_watermark(self.log.log_start_offset))
 

@@ -49,6 +49,17 @@ def test_a_follower_at_the_leader_end_is_never_out_of_sync() -> None:
     assert not tracker.out_of_sync([2], 10, now_ms=10 * LAG_MAX_MS, lag_max_ms=LAG_MAX_MS)
 
 
+def test_on_fetch_says_whether_the_follower_log_end_moved_up() -> None:
+    """The partition advances its HW only on a move: a follower polling a partition nobody
+    writes to costs no HW computation."""
+    tracker = FollowerTracker([2], in_sync=[1, 2], now_ms=0)
+    assert tracker.on_fetch(2, fetch_offset=0, leader_end_offset=5, now_ms=0)  # first: from -1
+    assert tracker.on_fetch(2, fetch_offset=5, leader_end_offset=5, now_ms=1)
+    assert not tracker.on_fetch(2, fetch_offset=5, leader_end_offset=5, now_ms=2)
+    assert not tracker.on_fetch(2, fetch_offset=3, leader_end_offset=5, now_ms=3)  # truncated
+    assert tracker.log_end_offset(2) == 3
+
+
 def test_high_watermark_bound_is_the_smallest_isr_end_and_unknown_until_all_fetched() -> None:
     tracker = FollowerTracker([2, 3], in_sync=[1, 2, 3], now_ms=0)
     assert tracker.high_watermark_bound([1, 2, 3], leader_end_offset=80) == UNKNOWN_OFFSET

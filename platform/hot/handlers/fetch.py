@@ -225,6 +225,8 @@ def _read_partition(
         )
     else:
         data.log_start_offset = ctx.known_log_start_offset(partition)
+    if replica_id >= 0 and wanted.fetch_offset == max_offset:
+        return None  # a follower at our log end (its offset was range-checked above)
     max_bytes = min(wanted.partition_max_bytes, budget_bytes)
     if max_bytes <= 0 and not first_non_empty:
         return None
