@@ -232,10 +232,10 @@ class Partition:
         moved = followers.on_fetch(
             follower_id, fetch_offset, self.log.log_end_offset, now_ms, log_start_offset
         )
-        # The HW is the lowest log end of the ISR: it can only rise when one of them does (a
-        # shrinking ISR or a leader alone advance it where those change). Most fetches of a
-        # partition nobody writes to move nothing, and a replica fetch names every partition
-        # the follower copies from this leader.
+        # The HW is the lowest log end of the ISR, so a follower's fetch can only raise it when
+        # that follower's log end rose (ISR changes and appends to a leader alone advance it
+        # where they happen). A replica fetch names every partition the follower copies from
+        # this leader, and on those nobody writes to nothing moves.
         if moved:
             self.maybe_advance_high_watermark()
         if self.low_watermark_waiters:
