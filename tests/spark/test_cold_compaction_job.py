@@ -224,8 +224,12 @@ async def test_the_spark_job_and_the_broker_compact_the_cold_tier_to_the_same_lo
     )
     first_hot_overwrite = len(rows) - len(HOT_OVERWRITES)
     assert local_start(spark_side, TOPIC) <= first_hot_overwrite, "the last records were tiered"
-    before = cold_rows(spark_side)
-    assert len(before) > len(rows) / 2  # X's broker left its cold tier alone
+    # X's broker left its cold tier alone. (Not told by the rows' count: X's hot cleaner may
+    # compact a sealed segment before its upload, which a slow run showed: 524 of 1511 rows.)
+    untouched = latest_manifest(store_of(spark_side), TOPIC)
+    assert untouched is not None
+    assert untouched.get("compacted_end_offset", 0) == 0
+    assert not untouched.get("compaction") and not untouched.get("retired")
     assert "event=tiering.cold_compaction_left_to_spark " in spark_side.log_path.read_text()
 
     job = await asyncio.to_thread(run_job, spark_side)
