@@ -273,9 +273,8 @@ class Broker:
             await asyncio.to_thread(self._log_manager.close)
 
     def _unclean_leader_election(self, topic: str) -> bool:
-        metadata = self._cache.topic(topic)
-        overrides = {} if metadata is None else metadata.configs
-        return topic_config(self.config, overrides).unclean_leader_election_enable
+        config = self._topic_config(topic) or topic_config(self.config, {})  # unknown: defaults
+        return config.unclean_leader_election_enable
 
     def _topic_config(self, topic: str) -> TopicConfig | None:
         """The topic's effective config, built once per TopicMetadata: the cache replaces that
