@@ -49,6 +49,7 @@ from riverbed.coordination.zk import ZkError
 from riverbed.env_config import settings_from_env
 from riverbed.hot.log_manager import DataDirLockedError
 from riverbed.protocol.errors import KafkaError
+from riverbed.scheduling import apply_scheduling_policy
 
 log = logging.getLogger("riverbed")
 
@@ -296,7 +297,9 @@ def _run_broker(args: argparse.Namespace) -> int:
     from riverbed.hot.broker import Broker  # keeps `topics` commands light
 
     config = broker_config_from_args(args)
-    keep_freed_blocks()  # before the broker starts its threads
+    # Both before the broker starts its threads (they inherit the policy).
+    keep_freed_blocks()
+    apply_scheduling_policy(config.process_scheduling_policy)
 
     async def serve() -> None:
         broker = Broker(config)

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, Self, TypeVar
 
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.scheduling import BATCH
+from riverbed.scheduling import POLICIES as SCHEDULING_POLICIES
 from riverbed.security.acl import InvalidAclError, parse_super_users
 from riverbed.security.jaas import Credentials, JaasError, parse_credentials
 from riverbed.security.limits import ConnectionLimits
@@ -426,6 +428,10 @@ BROKER_ONLY_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
               "0: any free port, logged)", between(-1, 65535)),
     ConfigDef("metrics.host", _T.STRING, None, "interface the metrics endpoint binds (default: "
               "the first listener's)"),
+    ConfigDef("process.scheduling.policy", _T.STRING, BATCH, "the broker process's Linux "
+              "scheduling policy: batch (SCHED_BATCH: no wakeup preemption between brokers and "
+              "clients sharing cores) or inherit (what the broker was started with)",
+              one_of(*SCHEDULING_POLICIES)),
     ConfigDef("sasl.enabled.mechanisms", _T.LIST, SASL_MECHANISMS_DEFAULT, "SASL mechanisms "
               "SASL listeners offer, in this order", SASL_MECHANISMS),
     ConfigDef("authorizer.class.name", _T.STRING, "", "the authorizer: empty for none (every "
@@ -638,6 +644,7 @@ class BrokerConfig:
     remote_log_compaction_grace_ms: int
     metrics_port: int
     metrics_host: str | None
+    process_scheduling_policy: str
     sasl_enabled_mechanisms: tuple[str, ...]
     authorizer_class_name: str
     super_users: str
