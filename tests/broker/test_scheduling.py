@@ -10,15 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from riverbed.configs import BrokerConfig, ConfigError
+
 from tests.support.broker import BrokerFactory, BrokerProcess
 
 
 def thread_policies(pid: int) -> dict[int, int]:
-    return {
-        int(tid): os.sched_getscheduler(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")
-    }
+    return {int(tid): os.sched_getscheduler(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
 
 
 def test_the_broker_and_all_its_threads_run_under_sched_batch(broker: BrokerProcess) -> None:
@@ -55,7 +53,7 @@ def test_a_broker_started_under_another_policy_keeps_it(tmp_path: Path) -> None:
 
 
 def test_an_unknown_policy_is_refused_by_name() -> None:
-    with pytest.raises(ConfigError, match="process.scheduling.policy.*batch, inherit"):
+    with pytest.raises(ConfigError, match=r"process\.scheduling\.policy.*batch, inherit"):
         BrokerConfig.from_mapping(
             {"zookeeper.connect": "127.0.0.1:2181", "process.scheduling.policy": "fifo"}
         )
