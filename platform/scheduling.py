@@ -6,9 +6,10 @@ acknowledgement) makes it runnable at once; under SCHED_OTHER the woken process 
 preempts whatever runs on that core, often the waker in the middle of its response. When
 brokers share cores with each other and with their clients, that preemption ping-pong is paid
 on every request: on this project's 2-core benchmark machine, three brokers replicating acks=all
-16 KiB batches spent ~20% more CPU per record under SCHED_OTHER than under SCHED_BATCH, and
-produced ~20% fewer records per second. SCHED_BATCH is SCHED_OTHER without wakeup preemption:
-same fairness and nice levels, and a woken broker still runs at once on an idle core.
+16 KiB batches and their client spent ~15% more CPU per record under SCHED_OTHER than with the
+brokers under SCHED_BATCH, and produced ~20% fewer records per second (docs/replication.md).
+SCHED_BATCH is SCHED_OTHER without wakeup preemption: same fairness and nice levels, and a woken
+broker still runs at once on an idle core.
 
 Threads inherit the policy from the thread that creates them, so this is set before the broker
 starts any. A broker started under another policy (`chrt`) keeps it; `inherit` keeps SCHED_OTHER
