@@ -94,11 +94,14 @@ class BrokerMetrics:
         self.isr_expands = Counter(
             "riverbed_isr_expands", "ISR expansions written by this leader", registry=registry
         )
-        self.produce_purgatory = Gauge(
+        # acks=all produce requests waiting for their followers: a plain count, changed twice
+        # per such request, that the gauge reads when scraped (a Gauge's inc and dec lock).
+        self.produce_purgatory_size = 0
+        Gauge(
             "riverbed_produce_purgatory_size",
             "acks=all produce requests waiting for their followers",
             registry=registry,
-        )
+        ).set_function(lambda: self.produce_purgatory_size)
         self.remote_fetches = Counter(
             "riverbed_remote_fetches",
             "Consumer reads served from the cold tier",

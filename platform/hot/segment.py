@@ -247,6 +247,9 @@ class LogSegment:
         last = self.time_index.last_entry()
         if max_timestamp[0] > (NO_TIMESTAMP if last is None else last[0]):
             self.time_index.append([max_timestamp])
+        # Its rows are final: on file before the roll fsyncs the index files in the background.
+        self.offset_index.write_unwritten()
+        self.time_index.write_unwritten()
         self.sealed = True
 
     def fits(self, last_offset: int, size_bytes: int) -> bool:

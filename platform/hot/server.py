@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from riverbed.hot.connection_waits import IdleClock, Wakeup
 from riverbed.log_events import FieldValue
 from riverbed.log_events import event as log_event
 from riverbed.protocol import messages as m
@@ -258,10 +259,9 @@ class KafkaServer:
         peer = writer.get_extra_info("peername")
         owed: deque[_Owed] = deque()  # deferred responses, in request order
         reading: asyncio.Task[bytes] | None = None
-        loop = asyncio.get_running_loop()
         authenticated = False
-        idle_s_max = self._limits.idle_ms_max / 1000
-        last_activity_s = loop.time()
+        idle = IdleClock(reader, self._limits.idle_ms_max / 1000)
+        wakeup = Wakeup()
         try:
             while True:
                 event = connection.next_event()
@@ -270,40 +270,31 @@ class KafkaServer:
                         break
                     if reading is None and not owed:
                         # Nothing owed: only the client's bytes can come next, so they are
-                        # awaited alone (no read task and wait set per request).
-                        try:
-                            async with asyncio.timeout(last_activity_s + idle_s_max - loop.time()):
-                                data = await reader.read(READ_CHUNK_BYTES)
-                        except TimeoutError:
-                            self._log_idle(peer)
-                            break
+                        # awaited alone (no read task per request).
+                        idle.waiting = True
+                        data = await reader.read(READ_CHUNK_BYTES)
+                        idle.waiting = False
                         if not data:
                             break
                         connection.receive_data(data)
                         continue
                     if reading is None:
                         reading = asyncio.create_task(reader.read(READ_CHUNK_BYTES))
-                    waits: set[asyncio.Future[Any]] = {reading}
-                    if owed:
-                        waits.add(owed[0].task)
-                    # Idle means: nothing owed to the client and no complete request from it.
-                    timeout_s = None if owed else last_activity_s + idle_s_max - loop.time()
-                    done, _ = await asyncio.wait(
-                        waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
-                    )
-                    if not done:
-                        self._log_idle(peer)
-                        break
+                        wakeup.watch(reading)
+                    if not reading.done() and not (owed and owed[0].task.done()):
+                        idle.waiting = not owed
+                        await wakeup.wait()
+                        idle.waiting = False
                     while owed and owed[0].task.done():
                         await self._write_owed_one(writer, owed.popleft())
-                        last_activity_s = loop.time()
+                        idle.touch()
                     if reading.done():
                         data, reading = reading.result(), None
                         if not data:
                             break
                         connection.receive_data(data)
                 elif isinstance(event, RequestReceived):
-                    last_activity_s = loop.time()
+                    idle.touch()
                     if authenticator is not None and _sasl_gated(authenticator, event):
                         decision = await _decide(authenticator, event)
                         if not isinstance(decision, Allow):
@@ -332,6 +323,7 @@ class KafkaServer:
                     outcome = await self._handle_request(event.header, event.body, session)
                     if isinstance(outcome, Deferred):
                         task = asyncio.create_task(outcome.completion)
+                        wakeup.watch(task)
                         owed.append(_Owed(task, request_type, received_s))
                         if len(owed) >= RESPONSES_OWED_MAX:
                             await owed[0].task
@@ -342,7 +334,7 @@ class KafkaServer:
                         self._timed(request_type, received_s)
                         # A fetch long-polled past connections.max.idle.ms was activity until
                         # now: the idle clock starts from its answer, not from its request.
-                        last_activity_s = loop.time()
+                        idle.touch()
                 elif isinstance(event, UnsupportedApiVersionsRequest):
                     await self._write_owed(writer, owed)
                     writer.write(
@@ -359,7 +351,10 @@ class KafkaServer:
                 else:  # pragma: no cover - the protocol object returns only the events above
                     raise TypeError(f"unexpected protocol event {event!r}")
             await self._write_owed(writer, owed)  # answer what was accepted before the end
+            if idle.expired:
+                self._log_idle(peer)
         finally:
+            idle.cancel()
             unfinished: list[asyncio.Task[Any]] = [o.task for o in owed]
             if reading is not None:
                 unfinished.append(reading)

@@ -325,7 +325,8 @@ async def _wait_for_data(
 ) -> None:
     """Park until new data is readable in one of the read partitions (an append for followers,
     a HW move for consumers), or the timeout."""
-    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
     parked = []
     for read in reads:
         if read.data.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
@@ -335,16 +336,21 @@ async def _wait_for_data(
             waiters = partition.end_waiters if follower else partition.data_waiters
             waiters.park(future)
             parked.append(waiters)
+    # The timeout resolves the future as new data does (the caller looks again either way):
+    # a bare timer, not asyncio.timeout, which costs a Timeout object and a cancellation of
+    # this task to undo on every parked fetch.
+    timer = loop.call_later(timeout_s, _wake, future)
     try:
-        # Not shielded: a timeout cancels the future, which wake_all skips (it is unparked
-        # before the task yields again), and a shield would cost each wake a loop iteration.
-        async with asyncio.timeout(timeout_s):
-            await future
-    except TimeoutError:
-        pass
+        await future
     finally:
+        timer.cancel()
         for waiters in parked:
             waiters.unpark(future)
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _response(reads: list[_PartitionRead], version: int) -> m.FetchResponse:

@@ -99,7 +99,7 @@ async def handle_produce(
         return _respond_when_committed(ctx, produce_response, pending, timeout_ms)
     # Committed already (the ISR is the leader alone, or the followers were ahead): answered
     # now, without a parked coroutine.
-    _settle(pending, set(), 0)
+    _settle(pending, 0)
     return produce_response
 
 
@@ -127,12 +127,12 @@ async def _respond_when_committed(
     ctx: BrokerContext, response: m.ProduceResponse, pending: list[_Pending], timeout_ms: int
 ) -> m.ProduceResponse:
     # Counted from inside: a coroutine cancelled before it starts never ran its finally.
-    purgatory = ctx.metrics.produce_purgatory
-    purgatory.inc()
+    metrics = ctx.metrics
+    metrics.produce_purgatory_size += 1
     try:
         await _wait_for_commits(pending, timeout_ms)
     finally:
-        purgatory.dec()
+        metrics.produce_purgatory_size -= 1
     return response
 
 
@@ -184,33 +184,41 @@ def _produce_partition(
     return response, (partition, result.last_offset + 1)
 
 
+class _NotCommittedInTime(Exception):
+    """Set on an append's commit future when its request's timeout_ms has passed."""
+
+
 async def _wait_for_commits(pending: list[_Pending], timeout_ms: int) -> None:
     # Each future awaited in turn, not through asyncio.wait: that resumes this task one loop
     # iteration later (its callback wakes a waiter, which wakes the task), and the commit is
-    # on the path of every acks=all answer.
+    # on the path of every acks=all answer. The timeout is a bare timer that fails the futures
+    # still waiting, not asyncio.timeout, which costs a Timeout object and a cancellation of
+    # this task to undo on every acks=all produce.
+    timer = asyncio.get_running_loop().call_later(timeout_ms / 1000, _expire, pending)
     try:
-        async with asyncio.timeout(timeout_ms / 1000):
-            for item in pending:
-                with contextlib.suppress(Exception):  # its outcome is _settle's to read
-                    await item.committed
-    except TimeoutError:
-        pass
-    # The timeout cancelled the future it interrupted; those after it are still pending.
-    not_done = {p.committed for p in pending if p.committed.cancelled() or not p.committed.done()}
-    _settle(pending, not_done, timeout_ms)
+        for item in pending:
+            with contextlib.suppress(Exception):  # its outcome is _settle's to read
+                await item.committed
+    finally:
+        timer.cancel()
+    _settle(pending, timeout_ms)
 
 
-def _settle(pending: list[_Pending], not_done: set[asyncio.Future[None]], timeout_ms: int) -> None:
-    """Each pending append's outcome in its response: committed, or why not."""
+def _expire(pending: list[_Pending]) -> None:
     for item in pending:
-        future = item.committed
-        if future in not_done:
-            future.cancel()
+        if not item.committed.done():
+            item.committed.set_exception(_NotCommittedInTime())
+
+
+def _settle(pending: list[_Pending], timeout_ms: int) -> None:
+    """Each pending append's outcome in its response (every commit future is done): committed,
+    or why not."""
+    for item in pending:
+        error = item.committed.exception()
+        if isinstance(error, _NotCommittedInTime):
             message = f"{item.partition}: not replicated to the ISR within {timeout_ms} ms"
             _fail(item, KafkaError(ErrorCode.REQUEST_TIMED_OUT, message))
-            continue
-        error = future.exception()
-        if isinstance(error, KafkaError):
+        elif isinstance(error, KafkaError):
             _fail(item, error)
         elif item.partition.under_min_isr():
             message = (
