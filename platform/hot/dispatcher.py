@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
-from typing import Any
+import asyncio
+import functools
 
 from riverbed.hot.handlers.acls import (
     handle_create_acls,
@@ -44,7 +44,7 @@ from riverbed.hot.handlers.reassignments import (
     handle_elect_leaders,
     handle_list_partition_reassignments,
 )
-from riverbed.hot.server import Deferred, Response
+from riverbed.hot.response_queue import Deferred, Response
 from riverbed.protocol import messages as m
 from riverbed.protocol.connection import RequestHeader, encode_response
 from riverbed.protocol.messages import RequestBody, ResponseBody
@@ -75,8 +75,8 @@ class Dispatcher:
         access = self._ctx.access(session, request_type)
         if isinstance(body, m.ProduceRequest):
             outcome = await handle_produce(self._ctx, body, access)
-            if isinstance(outcome, Coroutine):
-                return Deferred(_encode_when_done(header, outcome))
+            if isinstance(outcome, asyncio.Future):
+                return Deferred(outcome, functools.partial(encode_response, header))
             return None if outcome is None else encode_response(header, outcome)
         response = await self._handle(header, body, session, access)
         if response is None:
@@ -163,9 +163,3 @@ class Dispatcher:
                 # listener without SASL: ILLEGAL_SASL_STATE, as Kafka's request handlers answer.
                 return answer_when_not_authenticating(body)
         raise TypeError(f"no handler for {type(body).__name__} (api key {header.api_key})")
-
-
-async def _encode_when_done(
-    header: RequestHeader, completion: Coroutine[Any, Any, ResponseBody]
-) -> Response:
-    return encode_response(header, await completion)

@@ -6,8 +6,9 @@ one at a time, in order, as Kafka does. One exception: a handler may answer with
 response — an acks=all produce whose batches are appended and which now only waits for its
 followers. The connection then reads and handles its next request while that one waits (so a
 pipelining producer keeps several appends replicating at once instead of one per replication
-round trip), and responses still leave strictly in request order. Work is bounded per connection:
-one frame (`socket.request.max.bytes`), one read, and RESPONSES_OWED_MAX deferred responses.
+round trip), and responses still leave strictly in request order (a deferred one is written by its
+completion's callback: riverbed.hot.response_queue). Work is bounded per connection: one frame
+(`socket.request.max.bytes`), one read, and RESPONSES_OWED_MAX deferred responses.
 
 Record data in Fetch responses arrives as `FileRegion`s and is written with `loop.sendfile`, which
 uses `os.sendfile` on plaintext sockets: the kernel copies segment bytes straight to the socket.
@@ -29,12 +30,11 @@ import logging
 import os
 import ssl
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
-from riverbed.hot.connection_waits import IdleClock, Wakeup
+from riverbed.hot.connection_waits import IdleClock
+from riverbed.hot.response_queue import Chunk, Deferred, Response, ResponseQueue, ResponseTimer
 from riverbed.log_events import FieldValue
 from riverbed.log_events import event as log_event
 from riverbed.protocol import messages as m
@@ -82,32 +82,6 @@ TLS_HANDSHAKE_TIMEOUT_S = 10.0
 # Bytes a TLS listener reads from a segment per write: large enough to amortise the encryption
 # call, small enough to keep one buffer per connection cheap.
 TLS_REGION_CHUNK_BYTES = 256 * 1024
-
-Chunk = bytes | FileRegion
-# A response's encoded chunks, or None when the request gets no response (Produce acks=0).
-Response = list[Chunk] | None
-
-
-@dataclass(frozen=True, slots=True)
-class Deferred:
-    """A response still being completed; the request's ordered work (its appends) is done."""
-
-    completion: Coroutine[Any, Any, Response]
-
-
-# (request type name, seconds from its arrival to its response's last byte written): how the
-# server reports each request's time (the dispatcher's `response_sent`).
-ResponseTimer = Callable[[str, float], None]
-
-
-@dataclass(frozen=True, slots=True)
-class _Owed:
-    """A deferred response still to write, and what its time is measured from."""
-
-    task: asyncio.Task[Response]
-    request_type: str
-    received_s: float
-
 
 # A fresh SASL authenticator per connection of a SASL listener.
 AuthenticatorFactory = Callable[[], SaslServerAuthenticator]
@@ -217,16 +191,6 @@ class KafkaServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _write_owed(self, writer: asyncio.StreamWriter, owed: deque[_Owed]) -> None:
-        """Write every deferred response, in order, waiting for each to be complete."""
-        while owed:
-            await owed[0].task
-            await self._write_owed_one(writer, owed.popleft())
-
-    async def _write_owed_one(self, writer: asyncio.StreamWriter, owed: _Owed) -> None:
-        await _write_response(writer, owed.task.result())
-        self._timed(owed.request_type, owed.received_s)
-
     def _timed(self, request_type: str, received_s: float) -> None:
         if self._response_sent is not None:
             self._response_sent(request_type, time.perf_counter() - received_s)
@@ -257,48 +221,29 @@ class KafkaServer:
             # Kafka's sasl.server.max.receive.size: small frames until the client is known.
             connection.limit_frame_bytes(SASL_RECEIVE_BYTES_MAX)
         peer = writer.get_extra_info("peername")
-        owed: deque[_Owed] = deque()  # deferred responses, in request order
-        reading: asyncio.Task[bytes] | None = None
         authenticated = False
-        idle = IdleClock(reader, self._limits.idle_ms_max / 1000)
-        wakeup = Wakeup()
+        idle = IdleClock(reader, self._limits.idle_ms_max / 1000, lambda: len(owed) > 0)
+        owed = ResponseQueue(writer, idle, self._response_sent)  # deferred responses, in order
         try:
             while True:
                 event = connection.next_event()
                 if event is NEED_DATA:
                     if self._stopping:
                         break
-                    if reading is None and not owed:
-                        # Nothing owed: only the client's bytes can come next, so they are
-                        # awaited alone (no read task per request).
-                        idle.waiting = True
-                        data = await reader.read(READ_CHUNK_BYTES)
-                        idle.waiting = False
-                        if not data:
-                            break
-                        connection.receive_data(data)
-                        continue
-                    if reading is None:
-                        reading = asyncio.create_task(reader.read(READ_CHUNK_BYTES))
-                        wakeup.watch(reading)
-                    if not reading.done() and not (owed and owed[0].task.done()):
-                        idle.waiting = not owed
-                        await wakeup.wait()
-                        idle.waiting = False
-                    while owed and owed[0].task.done():
-                        await self._write_owed_one(writer, owed.popleft())
-                        idle.touch()
-                    if reading.done():
-                        data, reading = reading.result(), None
-                        if not data:
-                            break
-                        connection.receive_data(data)
+                    # Deferred responses are written by their callbacks meanwhile, so only the
+                    # client's bytes are awaited here.
+                    idle.waiting = True
+                    data = await reader.read(READ_CHUNK_BYTES)
+                    idle.waiting = False
+                    if not data:
+                        break
+                    connection.receive_data(data)
                 elif isinstance(event, RequestReceived):
                     idle.touch()
                     if authenticator is not None and _sasl_gated(authenticator, event):
                         decision = await _decide(authenticator, event)
                         if not isinstance(decision, Allow):
-                            await self._write_owed(writer, owed)
+                            await owed.drained()
                             if isinstance(decision, Respond | RespondAndClose):
                                 await _write_response(
                                     writer, encode_response(event.header, decision.body)
@@ -322,21 +267,17 @@ class KafkaServer:
                     request_type = type(event.body).__name__
                     outcome = await self._handle_request(event.header, event.body, session)
                     if isinstance(outcome, Deferred):
-                        task = asyncio.create_task(outcome.completion)
-                        wakeup.watch(task)
-                        owed.append(_Owed(task, request_type, received_s))
-                        if len(owed) >= RESPONSES_OWED_MAX:
-                            await owed[0].task
-                            await self._write_owed_one(writer, owed.popleft())
+                        owed.add(outcome, request_type, received_s)
+                        await owed.wait_below(RESPONSES_OWED_MAX)
                     else:
-                        await self._write_owed(writer, owed)  # earlier requests answer first
+                        await owed.drained()  # earlier requests answer first
                         await _write_response(writer, outcome)
                         self._timed(request_type, received_s)
                         # A fetch long-polled past connections.max.idle.ms was activity until
                         # now: the idle clock starts from its answer, not from its request.
                         idle.touch()
                 elif isinstance(event, UnsupportedApiVersionsRequest):
-                    await self._write_owed(writer, owed)
+                    await owed.drained()
                     writer.write(
                         encode_unsupported_api_versions(
                             event.correlation_id, supported_api_versions()
@@ -350,17 +291,12 @@ class KafkaServer:
                     break
                 else:  # pragma: no cover - the protocol object returns only the events above
                     raise TypeError(f"unexpected protocol event {event!r}")
-            await self._write_owed(writer, owed)  # answer what was accepted before the end
+            await owed.drained()  # answer what was accepted before the end
             if idle.expired:
                 self._log_idle(peer)
         finally:
             idle.cancel()
-            unfinished: list[asyncio.Task[Any]] = [o.task for o in owed]
-            if reading is not None:
-                unfinished.append(reading)
-            for task in unfinished:
-                task.cancel()
-            await asyncio.gather(*unfinished, return_exceptions=True)
+            owed.cancel()
 
 
 async def _write_response(writer: asyncio.StreamWriter, response: Response) -> None:

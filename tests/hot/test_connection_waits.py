@@ -1,11 +1,11 @@
-"""The idle clock and the wakeup a server connection's task sleeps on, on virtual time."""
+"""connections.max.idle.ms on a server connection's idle clock, on virtual time."""
 
 from __future__ import annotations
 
 import asyncio
 
 import pytest
-from riverbed.hot.connection_waits import IdleClock, Wakeup
+from riverbed.hot.connection_waits import IdleClock
 
 from tests.support.virtual_time import virtual_time
 
@@ -23,7 +23,7 @@ async def at_eof_when(reader: asyncio.StreamReader) -> float:
 async def test_a_connection_waiting_for_input_ends_idle_s_after_its_last_activity() -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
-    clock = IdleClock(reader, IDLE_S)
+    clock = IdleClock(reader, IDLE_S, lambda: False)
     started = loop.time()
     await asyncio.sleep(4.0)
     clock.touch()  # a request
@@ -37,7 +37,7 @@ async def test_a_connection_waiting_for_input_ends_idle_s_after_its_last_activit
 async def test_a_busy_connection_is_not_idle_and_its_clock_restarts_at_its_answer() -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
-    clock = IdleClock(reader, IDLE_S)
+    clock = IdleClock(reader, IDLE_S, lambda: False)
     started = loop.time()
     # A long poll (or a deferred response) outlasts the idle time: not idleness.
     await asyncio.sleep(IDLE_S * 2.5)
@@ -54,7 +54,7 @@ async def test_a_busy_connection_is_not_idle_and_its_clock_restarts_at_its_answe
 async def test_input_that_is_no_complete_request_does_not_keep_a_connection() -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
-    clock = IdleClock(reader, IDLE_S)
+    clock = IdleClock(reader, IDLE_S, lambda: False)
     clock.waiting = True
     started = loop.time()
     for _ in range(3):  # a trickle of bytes: the task wakes for each, then waits again
@@ -68,7 +68,7 @@ async def test_input_that_is_no_complete_request_does_not_keep_a_connection() ->
 @virtual_time
 async def test_a_cancelled_clock_never_ends_its_connection() -> None:
     reader = asyncio.StreamReader()
-    clock = IdleClock(reader, IDLE_S)
+    clock = IdleClock(reader, IDLE_S, lambda: False)
     clock.waiting = True
     clock.cancel()
     await asyncio.sleep(IDLE_S * 3)
@@ -77,23 +77,18 @@ async def test_a_cancelled_clock_never_ends_its_connection() -> None:
 
 
 @virtual_time
-async def test_a_wakeup_ends_when_any_watched_future_is_done() -> None:
+async def test_a_connection_owing_a_response_is_not_idle_while_it_waits_for_input() -> None:
     loop = asyncio.get_running_loop()
-    wakeup = Wakeup()
-    first, second = loop.create_future(), loop.create_future()
-    wakeup.watch(first)
-    wakeup.watch(second)
-    loop.call_later(2.0, second.set_result, None)
+    reader = asyncio.StreamReader()
+    owed = [True]  # an acks=all answer its callback will write
+    clock = IdleClock(reader, IDLE_S, lambda: bool(owed))
+    clock.waiting = True
     started = loop.time()
-    await wakeup.wait()
-    assert loop.time() - started == pytest.approx(2.0)
-    # A watched future done while nobody sleeps wakes nothing later: the next wait is for the
-    # next one.
-    first.set_result(None)
-    await asyncio.sleep(0)  # its callback runs
-    third = loop.create_future()
-    wakeup.watch(third)
-    loop.call_later(3.0, third.set_result, None)
-    started = loop.time()
-    await wakeup.wait()
-    assert loop.time() - started == pytest.approx(3.0)
+
+    def answered() -> None:
+        owed.clear()
+        clock.touch()
+
+    loop.call_later(IDLE_S * 1.5, answered)
+    ended = await at_eof_when(reader)
+    assert ended - started == pytest.approx(IDLE_S * 2.5)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from riverbed.hot.handlers.produce import _Pending, _wait_for_commits
+from riverbed.hot.handlers.produce import _Pending, when_committed
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.messages import ProduceResponse
 
@@ -33,6 +33,12 @@ class _Partition:
         return self.name
 
 
+async def wait_for_commits(pending: list[_Pending], timeout_ms: int) -> None:
+    settled = asyncio.get_running_loop().create_future()
+    when_committed(pending, timeout_ms, lambda: settled.set_result(None))
+    await settled
+
+
 def _pending(name: str, *, under_min_isr: bool = False) -> _Pending:
     future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     response = PartitionResponse(index=0, error_code=ErrorCode.NONE, base_offset=0)
@@ -57,7 +63,7 @@ async def test_each_partition_settles_on_its_own_and_the_wait_ends_at_the_timeou
     # `never` is never committed; `late` would be, after the timeout (and must not count).
     loop.call_later(0.5, lambda: late.committed.done() or late.committed.set_result(None))
     started = loop.time()
-    await _wait_for_commits([committed, failed, shrunk, never, late], timeout_ms=200)
+    await wait_for_commits([committed, failed, shrunk, never, late], timeout_ms=200)
     assert loop.time() - started == pytest.approx(0.2)  # virtual time: exactly the timeout
     assert committed.response.error_code == ErrorCode.NONE
     assert failed.response.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
@@ -76,6 +82,18 @@ async def test_the_wait_ends_as_soon_as_every_partition_is_committed() -> None:
     loop.call_later(0.02, second.committed.set_result, None)  # out of order
     loop.call_later(0.04, first.committed.set_result, None)
     started = loop.time()
-    await _wait_for_commits([first, second], timeout_ms=30_000)
+    await wait_for_commits([first, second], timeout_ms=30_000)
     assert loop.time() - started == pytest.approx(0.04)  # the last commit, not the timeout
     assert first.response.error_code == second.response.error_code == ErrorCode.NONE
+
+
+@virtual_time
+async def test_appends_committed_already_settle_at_once() -> None:
+    committed, failed = _pending("t-0"), _pending("t-1")
+    committed.committed.set_result(None)
+    failed.committed.set_exception(KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "moved"))
+    settled = []
+    when_committed([committed, failed], 30_000, lambda: settled.append(True))
+    assert settled == [True]  # synchronously: no timer, no callback round
+    assert committed.response.error_code == ErrorCode.NONE
+    assert failed.response.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER

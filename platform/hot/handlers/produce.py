@@ -8,16 +8,18 @@ acks=all: refused up front with NOT_ENOUGH_REPLICAS when the ISR is smaller than
 passes it (all ISR members have it) — all partitions of the request wait together, up to the
 request's `timeout_ms` — and the answer is NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank
 below the minimum meanwhile. acks=1 answers after the leader's own append.
+
+The wait is callbacks on the commit futures and one timer, like Kafka's delayed produce: no task
+or coroutine per request, on the path of every acks=all answer.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from riverbed.hot.handlers.context import BrokerContext
 from riverbed.hot.log import AppendResult
@@ -64,10 +66,10 @@ class _Pending:
 
 async def handle_produce(
     ctx: BrokerContext, request: m.ProduceRequest, access: Access
-) -> m.ProduceResponse | Coroutine[Any, Any, m.ProduceResponse] | None:
+) -> m.ProduceResponse | asyncio.Future[m.ProduceResponse] | None:
     """Append every partition's batches now (in request order: nothing awaits before the
-    appends). The response, or — for acks=all appends still waiting for their followers — a
-    coroutine that completes it, so the connection can go on to its next request meanwhile.
+    appends). The response, or — for acks=all appends still waiting for their followers — its
+    future, so the connection can go on to its next request meanwhile.
     Topics the principal may not WRITE get TOPIC_AUTHORIZATION_FAILED (checked once per topic),
     every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED if it may not WRITE the request's
     transactional id, as in Kafka."""
@@ -98,7 +100,7 @@ async def handle_produce(
         timeout_ms = min(max(request.timeout_ms, 0), PRODUCE_TIMEOUT_MS_MAX)
         return _respond_when_committed(ctx, produce_response, pending, timeout_ms)
     # Committed already (the ISR is the leader alone, or the followers were ahead): answered
-    # now, without a parked coroutine.
+    # now, without a wait.
     _settle(pending, 0)
     return produce_response
 
@@ -123,17 +125,21 @@ def _denied_topics(request: m.ProduceRequest, access: Access) -> dict[str, Kafka
     }
 
 
-async def _respond_when_committed(
+def _respond_when_committed(
     ctx: BrokerContext, response: m.ProduceResponse, pending: list[_Pending], timeout_ms: int
-) -> m.ProduceResponse:
-    # Counted from inside: a coroutine cancelled before it starts never ran its finally.
+) -> asyncio.Future[m.ProduceResponse]:
+    """The future of `response`, resolved once each pending append is settled into it."""
+    responded: asyncio.Future[m.ProduceResponse] = asyncio.get_running_loop().create_future()
     metrics = ctx.metrics
     metrics.produce_purgatory_size += 1
-    try:
-        await _wait_for_commits(pending, timeout_ms)
-    finally:
+
+    def answer() -> None:
         metrics.produce_purgatory_size -= 1
-    return response
+        if not responded.done():  # else the connection ended: nobody waits for it
+            responded.set_result(response)
+
+    when_committed(pending, timeout_ms, answer)
+    return responded
 
 
 def _produce_partition(
@@ -188,20 +194,31 @@ class _NotCommittedInTime(Exception):
     """Set on an append's commit future when its request's timeout_ms has passed."""
 
 
-async def _wait_for_commits(pending: list[_Pending], timeout_ms: int) -> None:
-    # Each future awaited in turn, not through asyncio.wait: that resumes this task one loop
-    # iteration later (its callback wakes a waiter, which wakes the task), and the commit is
-    # on the path of every acks=all answer. The timeout is a bare timer that fails the futures
-    # still waiting, not asyncio.timeout, which costs a Timeout object and a cancellation of
-    # this task to undo on every acks=all produce.
+def when_committed(pending: list[_Pending], timeout_ms: int, then: Callable[[], None]) -> None:
+    """Call `then()` once every pending append is committed, failed, or out of time (at most
+    `timeout_ms` from now), each one's outcome settled into its response by then.
+
+    The timer fails the commit futures still waiting; either way each future's done-callback
+    counts it, and the last one settles. A future that is done already counts at once.
+    """
+    waiting = [item.committed for item in pending if not item.committed.done()]
+    if not waiting:
+        _settle(pending, timeout_ms)
+        then()
+        return
     timer = asyncio.get_running_loop().call_later(timeout_ms / 1000, _expire, pending)
-    try:
-        for item in pending:
-            with contextlib.suppress(Exception):  # its outcome is _settle's to read
-                await item.committed
-    finally:
-        timer.cancel()
-    _settle(pending, timeout_ms)
+    left = len(waiting)
+
+    def one_done(_future: asyncio.Future[None]) -> None:
+        nonlocal left
+        left -= 1
+        if left == 0:
+            timer.cancel()
+            _settle(pending, timeout_ms)
+            then()
+
+    for future in waiting:
+        future.add_done_callback(one_done)
 
 
 def _expire(pending: list[_Pending]) -> None:

@@ -1,0 +1,123 @@
+"""A connection's deferred responses, written in request order from their completions' callbacks.
+
+An acks=all produce is answered when its followers have its batches, while its connection goes on
+reading the next requests. Its response is written by the done-callback of its future, as soon
+as it and every response before it are complete: no task per response and no task reading the
+socket beside it, and the answer leaves one loop iteration after the high watermark passed it.
+
+Deferred responses are bytes (produce answers): a callback cannot wait for a full socket the way
+sendfile must, and the transport buffers what the socket does not take at once. At most
+RESPONSES_OWED_MAX responses are owed per connection (the server stops reading at that bound), so
+that buffer stays small.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from riverbed.hot.connection_waits import IdleClock
+from riverbed.protocol.regions import FileRegion
+
+log = logging.getLogger(__name__)
+
+Chunk = bytes | FileRegion
+# A response's encoded chunks, or None when the request gets no response (Produce acks=0).
+Response = list[Chunk] | None
+# (request type name, seconds from its arrival to its response's last byte written).
+ResponseTimer = Callable[[str, float], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """A response still being completed; the request's ordered work (its appends) is done.
+
+    `body` resolves to the response body and `encode` makes it bytes. Bytes only: see the module
+    docstring."""
+
+    body: asyncio.Future[Any]
+    encode: Callable[[Any], Response]
+
+
+@dataclass(frozen=True, slots=True)
+class _Owed:
+    deferred: Deferred
+    request_type: str
+    received_s: float  # time.perf_counter() at its arrival
+
+
+class ResponseQueue:
+    """The deferred responses one connection owes, oldest first."""
+
+    def __init__(
+        self, writer: asyncio.StreamWriter, idle: IdleClock, response_sent: ResponseTimer | None
+    ) -> None:
+        self._writer = writer
+        self._idle = idle
+        self._response_sent = response_sent
+        self._owed: deque[_Owed] = deque()
+        self._shrunk: asyncio.Future[None] | None = None  # what `wait_below` sleeps on
+
+    def __len__(self) -> int:
+        return len(self._owed)
+
+    def add(self, deferred: Deferred, request_type: str, received_s: float) -> None:
+        self._owed.append(_Owed(deferred, request_type, received_s))
+        deferred.body.add_done_callback(self._write_ready)
+
+    async def wait_below(self, count: int) -> None:
+        """Until fewer than `count` responses are owed (0 < count)."""
+        while len(self._owed) >= count:
+            self._shrunk = asyncio.get_running_loop().create_future()
+            try:
+                await self._shrunk
+            finally:
+                self._shrunk = None
+
+    async def drained(self) -> None:
+        """Until every owed response is written (earlier requests answer first)."""
+        await self.wait_below(1)
+
+    def cancel(self) -> None:
+        """The connection ends: what is still owed is never written."""
+        owed, self._owed = self._owed, deque()
+        for entry in owed:
+            entry.deferred.body.cancel()
+
+    def _write_ready(self, _done: asyncio.Future[Any]) -> None:
+        """Write the complete responses at the head, in order."""
+        owed = self._owed
+        try:
+            while owed and owed[0].deferred.body.done():
+                entry = owed.popleft()
+                body = entry.deferred.body
+                if body.cancelled():
+                    continue
+                self._write(entry.deferred.encode(body.result()))
+                if self._response_sent is not None:
+                    self._response_sent(entry.request_type, time.perf_counter() - entry.received_s)
+                self._idle.touch()
+        except Exception:
+            # A bug in a handler's completion must cost one connection, never the broker (and
+            # the responses behind it can no longer leave in order).
+            log.exception("closing a connection after an unexpected error in a deferred response")
+            self.cancel()
+            self._writer.close()
+        if self._shrunk is not None and not self._shrunk.done():
+            self._shrunk.set_result(None)
+
+    def _write(self, response: Response) -> None:
+        chunks = response or []
+        data = [chunk for chunk in chunks if not isinstance(chunk, FileRegion)]
+        if len(data) < len(chunks):
+            for chunk in chunks:
+                if isinstance(chunk, FileRegion):
+                    chunk.close()  # each owns its descriptor
+            raise TypeError("a deferred response holds a file region")
+        for chunk in data:
+            self._writer.write(chunk)
