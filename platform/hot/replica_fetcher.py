@@ -30,7 +30,7 @@ from riverbed.hot.log import OffsetOutOfOrderError
 from riverbed.hot.partitions import NO_LEADER, Partition
 from riverbed.hot.replication_quota import ReplicationQuota
 from riverbed.protocol import messages as m
-from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.protocol.errors import ErrorCode, KafkaError, ProtocolDecodeError
 from riverbed.protocol.records import validate_replicated_records
 from riverbed.protocol.regions import FileRegion
 
@@ -319,11 +319,13 @@ class LeaderFetcher:
             isolation_level=READ_UNCOMMITTED,
             topics=list(topics.values()),
         )
-        response = await connection.call(
-            request,
-            m.FetchResponse,
-            timeout_ms=REPLICA_SOCKET_TIMEOUT_MS + REPLICA_FETCH_WAIT_MAX_MS,
+        # One fetch at a time per leader, and a small request: no slot to take and no drain to
+        # wait for (send_nowait), on the path of every acks=all produce.
+        response = await connection.send_nowait(
+            request, timeout_ms=REPLICA_SOCKET_TIMEOUT_MS + REPLICA_FETCH_WAIT_MAX_MS
         )
+        if not isinstance(response, m.FetchResponse):
+            raise ProtocolDecodeError(f"expected FetchResponse, got {type(response).__name__}")
         if response.error_code != ErrorCode.NONE:
             raise KafkaError(ErrorCode(response.error_code), "replica fetch failed")
         for topic_response in response.responses:

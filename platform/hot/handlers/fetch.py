@@ -80,8 +80,10 @@ async def handle_fetch(
     deadline = loop.time() + max_wait_ms / 1000
     replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
     denied = _denied_topics(ctx, request, version, replica_id, access)
+    arrived = True
     while True:
-        reads = _read_all(ctx, request, version, replica_id, denied)
+        reads = _read_all(ctx, request, version, replica_id, denied, arrived=arrived)
+        arrived = False
         await _read_remote(ctx, reads)
         size_bytes = sum(r.size_bytes for r in reads)
         # Like Kafka, the partitions the principal may not read do not end the long poll of the
@@ -117,8 +119,11 @@ def _read_all(
     version: int,
     replica_id: int,
     denied: frozenset[str],
+    *,
+    arrived: bool,
 ) -> list[_PartitionRead]:
-    """Read every requested partition once, within the request's byte budgets."""
+    """Read every requested partition once, within the request's byte budgets (`arrived`: the
+    first read of the request, not one after its long poll woke)."""
     reads: list[_PartitionRead] = []
     budget_bytes = request.max_bytes
     anything_read = False
@@ -148,6 +153,7 @@ def _read_all(
                     budget_bytes,
                     replica_id=replica_id,
                     first_non_empty=not anything_read,
+                    arrived=arrived,
                 )
             except KafkaError as error:
                 if not _goes_remote(ctx, read, wanted, error, budget_bytes, replica_id, reads):
@@ -180,6 +186,7 @@ def _read_partition(
     *,
     replica_id: int,
     first_non_empty: bool,
+    arrived: bool,
 ) -> ReadResult | None:
     partition = ctx.leader_partition(topic, wanted.partition, wanted.current_leader_epoch)
     partition_log = partition.log
@@ -205,11 +212,14 @@ def _read_partition(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"{partition}: follower offset {wanted.fetch_offset} is outside [{start}, {end}]",
             )
-        partition.record_follower_fetch(
-            replica_id, wanted.fetch_offset, monotonic_ms(), wanted.log_start_offset
-        )
-        if replica_id not in partition.isr:
-            ctx.isr_manager.check(partition)  # it may have caught up enough to rejoin
+        if arrived:
+            # Once per request, as Kafka updates a follower's state: after a long poll the
+            # follower is where it was, and the HW and the ISR were settled with it then.
+            partition.record_follower_fetch(
+                replica_id, wanted.fetch_offset, monotonic_ms(), wanted.log_start_offset
+            )
+            if replica_id not in partition.isr:
+                ctx.isr_manager.check(partition)  # it may have caught up enough to rejoin
         max_offset = partition_log.log_end_offset
     else:
         max_offset = partition_log.high_watermark
