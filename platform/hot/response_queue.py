@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +30,8 @@ Chunk = bytes | FileRegion
 Response = list[Chunk] | None
 # (request type name, seconds from its arrival to its response's last byte written).
 ResponseTimer = Callable[[str, float], None]
+# (request type name, its arrival as time.perf_counter()): the server's timing of an answer.
+AnswerTimer = Callable[[str, float], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,12 +55,10 @@ class _Owed:
 class ResponseQueue:
     """The deferred responses one connection owes, oldest first."""
 
-    def __init__(
-        self, writer: asyncio.StreamWriter, idle: IdleClock, response_sent: ResponseTimer | None
-    ) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, idle: IdleClock, timed: AnswerTimer) -> None:
         self._writer = writer
         self._idle = idle
-        self._response_sent = response_sent
+        self._timed = timed
         self._owed: deque[_Owed] = deque()
         self._shrunk: asyncio.Future[None] | None = None  # what `wait_below` sleeps on
 
@@ -99,8 +98,7 @@ class ResponseQueue:
                 if body.cancelled():
                     continue
                 self._write(entry.deferred.encode(body.result()))
-                if self._response_sent is not None:
-                    self._response_sent(entry.request_type, time.perf_counter() - entry.received_s)
+                self._timed(entry.request_type, entry.received_s)
                 self._idle.touch()
         except Exception:
             # A bug in a handler's completion must cost one connection, never the broker (and

@@ -223,7 +223,7 @@ class KafkaServer:
         peer = writer.get_extra_info("peername")
         authenticated = False
         idle = IdleClock(reader, self._limits.idle_ms_max / 1000, lambda: len(owed) > 0)
-        owed = ResponseQueue(writer, idle, self._response_sent)  # deferred responses, in order
+        owed = ResponseQueue(writer, idle, self._timed)  # deferred responses, in order
         try:
             while True:
                 event = connection.next_event()

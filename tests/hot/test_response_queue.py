@@ -32,7 +32,9 @@ class Pair:
         self.timed: list[str] = []
         self.idle = IdleClock(server_reader, 600.0, lambda: False)
         self.queue = ResponseQueue(
-            server_writer, self.idle, lambda request_type, _seconds: self.timed.append(request_type)
+            server_writer,
+            self.idle,
+            lambda request_type, _received_s: self.timed.append(request_type),
         )
 
     async def received(self, size: int) -> bytes:

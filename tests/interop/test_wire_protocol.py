@@ -78,11 +78,6 @@ def test_pipelined_requests_are_answered_in_request_order(
         responses = [wire.read_response(sock) for _ in requests]
 
     assert [correlation_id for correlation_id, _ in responses] == list(range(1, len(requests) + 1))
-    produced = [
-        wire.parse_produce_response_v3(body)
-        for correlation_id, body in responses
-        if correlation_id in produce_ids
-    ]
-    assert [[(p.error_code, p.base_offset) for p in r] for r in produced] == [
+    assert wire.produced(responses, produce_ids) == [
         [(wire.ERROR_NONE, offset)] for offset in range(PIPELINE_ROUNDS)
     ]

@@ -212,6 +212,18 @@ def parse_produce_response_v3(body: bytes) -> list[PartitionProduced]:
     return out
 
 
+def produced(
+    responses: list[tuple[int, bytes]], produce_ids: list[int]
+) -> list[list[tuple[int, int]]]:
+    """(error code, base offset) of each partition of each v3 produce answer among
+    `responses` (correlation id, body), in their order."""
+    return [
+        [(p.error_code, p.base_offset) for p in parse_produce_response_v3(body)]
+        for correlation_id, body in responses
+        if correlation_id in produce_ids
+    ]
+
+
 def record_batch(values: list[bytes], *, timestamp_ms: int) -> bytes:
     """A valid v2 record batch (built by kafka-python, not by Riverbed's encoder)."""
     builder = DefaultRecordBatchBuilder(

@@ -59,11 +59,6 @@ async def test_answers_waiting_for_a_frozen_follower_keep_request_order(
     assert [correlation_id for correlation_id, _ in responses] == list(range(1, len(requests) + 1))
     # The first answer is the produce's, and it waited for the ISR to shrink.
     assert waited_s >= 1.0
-    produced = [
-        wire.parse_produce_response_v3(body)
-        for correlation_id, body in responses
-        if correlation_id in produce_ids
-    ]
-    assert [[(p.error_code, p.base_offset) for p in r] for r in produced] == [
+    assert wire.produced(responses, produce_ids) == [
         [(wire.ERROR_NONE, offset)] for offset in range(ROUNDS)
     ]
