@@ -30,6 +30,7 @@ import os
 import struct
 from array import array
 from pathlib import Path
+from typing import ClassVar
 
 from riverbed.hot.fileio import pread_exact, write_all
 
@@ -185,7 +186,7 @@ class OffsetIndex(_IndexFile):
     an entry's position can be checked against the entry.
     """
 
-    ROW = struct.Struct(">II")
+    ROW: ClassVar[struct.Struct] = struct.Struct(">II")
 
     def __init__(self, path: Path, base_offset: int) -> None:
         super().__init__(path, base_offset, self.ROW, "II")
@@ -238,7 +239,7 @@ class OffsetIndex(_IndexFile):
 class TimeIndex(_IndexFile):
     """Rows (max timestamp so far int64, relative base offset of the batch holding it uint32)."""
 
-    ROW = struct.Struct(">qI")
+    ROW: ClassVar[struct.Struct] = struct.Struct(">qI")
 
     def __init__(self, path: Path, base_offset: int) -> None:
         super().__init__(path, base_offset, self.ROW, "qI")

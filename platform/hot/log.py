@@ -437,10 +437,10 @@ class PartitionLog:
         except RollbackFailedError as error:
             self._offline_reason = str(error)
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: {error}") from error
-        except OSError as error:
+        except OSError as failure:
             raise KafkaError(
-                ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: append failed: {error}"
-            ) from error
+                ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: append failed: {failure}"
+            ) from failure
         if segment.roll_base_ms is None:
             segment.roll_base_ms = now
         self._unflushed_messages += sum(header.records_count for header in headers)

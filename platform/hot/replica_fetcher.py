@@ -356,8 +356,8 @@ class LeaderFetcher:
                 else:
                     partition.follow_high_watermark(data.high_watermark)
                 partition.follow_log_start(data.log_start_offset)
-            except OffsetOutOfOrderError as problem:
-                log.warning("%s: %s; checking for divergence again", partition, problem)
+            except OffsetOutOfOrderError as out_of_order:
+                log.warning("%s: %s; checking for divergence again", partition, out_of_order)
                 followed.truncated = False
             except KafkaError as problem:
                 # A corrupt batch from the leader or a failing local disk: nothing is appended;

@@ -99,6 +99,25 @@ class BatchHeader:
     def last_offset(self) -> int:
         return self.base_offset + self.last_offset_delta
 
+    def placed(self, base_offset: int, partition_leader_epoch: int) -> "BatchHeader":
+        """This header with the two fields the leader assigns on append. Built field by field:
+        dataclasses.replace looks every field up by name, on every produce."""
+        return BatchHeader(
+            base_offset,
+            self.batch_length,
+            partition_leader_epoch,
+            self.magic,
+            self.crc,
+            self.attributes,
+            self.last_offset_delta,
+            self.base_timestamp,
+            self.max_timestamp,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+            self.records_count,
+        )
+
     @property
     def size_bytes(self) -> int:
         return LOG_OVERHEAD + self.batch_length
@@ -287,11 +306,7 @@ def assign_offsets(
         _PARTITION_LEADER_EPOCH.pack_into(
             buf, position + PARTITION_LEADER_EPOCH_POSITION, partition_leader_epoch
         )
-        assigned.append(
-            dataclasses.replace(
-                header, base_offset=next_offset, partition_leader_epoch=partition_leader_epoch
-            )
-        )
+        assigned.append(header.placed(next_offset, partition_leader_epoch))
         next_offset += header.last_offset_delta + 1
         position += header.size_bytes
     return assigned

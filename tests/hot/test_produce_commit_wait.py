@@ -4,33 +4,42 @@ own response, whatever the others do, and the wait ends at the request's timeout
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from riverbed.hot.handlers.produce import _Pending, when_committed
+from riverbed.hot.log import LogConfig, PartitionLog
+from riverbed.hot.partitions import Partition
+from riverbed.hot.producer_state import ProducerStateManager
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.messages import ProduceResponse
 
 from tests.support.virtual_time import virtual_time
 
 PartitionResponse = ProduceResponse.PartitionProduceResponse
+BROKER_ID = 1
+MIN_INSYNC_REPLICAS = 2
 
 
-class _Partition:
-    """What the settling asks of a partition: whether its ISR is below min.insync.replicas."""
+@pytest.fixture
+def partitions(tmp_path: Path) -> Iterator[Callable[..., Partition]]:
+    """Real partitions, led by this broker, with an ISR of two or (`under_min_isr`) one."""
+    logs: list[PartitionLog] = []
 
-    def __init__(self, name: str, *, under_min_isr: bool = False) -> None:
-        self.name = name
-        self.below = under_min_isr
+    def make(name: str, *, under_min_isr: bool = False) -> Partition:
+        topic, index = name.rsplit("-", 1)
+        log = PartitionLog.open(tmp_path / name, LogConfig(), recovery_point=None, now_ms=lambda: 0)
+        logs.append(log)
+        partition = Partition(topic, int(index), log, ProducerStateManager(), BROKER_ID)
+        isr = frozenset({BROKER_ID} if under_min_isr else {BROKER_ID, BROKER_ID + 1})
+        partition.become_leader(0, (BROKER_ID, BROKER_ID + 1), isr, state_version=0, now_ms=0)
+        partition.min_insync_replicas = MIN_INSYNC_REPLICAS
+        return partition
 
-    def under_min_isr(self) -> bool:
-        return self.below
-
-    @property
-    def min_insync_replicas(self) -> int:
-        return 2
-
-    def __str__(self) -> str:
-        return self.name
+    yield make
+    for log in logs:
+        log.close()
 
 
 async def wait_for_commits(pending: list[_Pending], timeout_ms: int) -> None:
@@ -39,20 +48,22 @@ async def wait_for_commits(pending: list[_Pending], timeout_ms: int) -> None:
     await settled
 
 
-def _pending(name: str, *, under_min_isr: bool = False) -> _Pending:
+def _pending(partition: Partition) -> _Pending:
     future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    response = PartitionResponse(index=0, error_code=ErrorCode.NONE, base_offset=0)
-    return _Pending(response, _Partition(name, under_min_isr=under_min_isr), future)  # type: ignore[arg-type]
+    response = PartitionResponse(index=partition.index, error_code=ErrorCode.NONE, base_offset=0)
+    return _Pending(response, partition, future)
 
 
 @virtual_time
-async def test_each_partition_settles_on_its_own_and_the_wait_ends_at_the_timeout() -> None:
+async def test_each_partition_settles_on_its_own_and_the_wait_ends_at_the_timeout(
+    partitions: Callable[..., Partition],
+) -> None:
     committed, failed, shrunk, never, late = (
-        _pending("t-0"),
-        _pending("t-1"),
-        _pending("t-2", under_min_isr=True),
-        _pending("t-3"),
-        _pending("t-4"),
+        _pending(partitions("t-0")),
+        _pending(partitions("t-1")),
+        _pending(partitions("t-2", under_min_isr=True)),
+        _pending(partitions("t-3")),
+        _pending(partitions("t-4")),
     )
     loop = asyncio.get_running_loop()
     loop.call_later(0.01, committed.committed.set_result, None)
@@ -76,8 +87,10 @@ async def test_each_partition_settles_on_its_own_and_the_wait_ends_at_the_timeou
 
 
 @virtual_time
-async def test_the_wait_ends_as_soon_as_every_partition_is_committed() -> None:
-    first, second = _pending("t-0"), _pending("t-1")
+async def test_the_wait_ends_as_soon_as_every_partition_is_committed(
+    partitions: Callable[..., Partition],
+) -> None:
+    first, second = _pending(partitions("t-0")), _pending(partitions("t-1"))
     loop = asyncio.get_running_loop()
     loop.call_later(0.02, second.committed.set_result, None)  # out of order
     loop.call_later(0.04, first.committed.set_result, None)
@@ -88,8 +101,10 @@ async def test_the_wait_ends_as_soon_as_every_partition_is_committed() -> None:
 
 
 @virtual_time
-async def test_appends_committed_already_settle_at_once() -> None:
-    committed, failed = _pending("t-0"), _pending("t-1")
+async def test_appends_committed_already_settle_at_once(
+    partitions: Callable[..., Partition],
+) -> None:
+    committed, failed = _pending(partitions("t-0")), _pending(partitions("t-1"))
     committed.committed.set_result(None)
     failed.committed.set_exception(KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, "moved"))
     settled = []

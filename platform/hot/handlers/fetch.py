@@ -302,9 +302,9 @@ async def _read_remote(ctx: BrokerContext, reads: list[_PartitionRead]) -> None:
             metrics.remote_fetch_errors.inc()
             read.data.error_code = error.code
             continue
-        except Exception as error:  # the store failed after its retries: the consumer retries
+        except Exception as failure:  # the store failed after its retries: the consumer retries
             metrics.remote_fetch_errors.inc()
-            log.warning("%s: cold read at %d failed: %s", partition, read.remote_offset, error)
+            log.warning("%s: cold read at %d failed: %s", partition, read.remote_offset, failure)
             read.data.error_code = ErrorCode.KAFKA_STORAGE_ERROR
             continue
         metrics.remote_fetch_seconds.observe(time.perf_counter() - started_s)
