@@ -89,33 +89,46 @@ class ResponseQueue:
             entry.deferred.body.cancel()
 
     def _write_ready(self, _done: asyncio.Future[Any]) -> None:
-        """Write the complete responses at the head, in order."""
+        """Write the complete responses at the head, in order, with one write: a high
+        watermark move completes every produce request whose batches it passed, and their
+        answers in one send are one delivery to the client instead of one each."""
         owed = self._owed
+        written: list[_Owed] = []
+        data: list[bytes] = []
+        failed = False
         try:
             while owed and owed[0].deferred.body.done():
                 entry = owed.popleft()
                 body = entry.deferred.body
                 if body.cancelled():
                     continue
-                self._write(entry.deferred.encode(body.result()))
-                self._timed(entry.request_type, entry.received_s)
-                self._idle.touch()
+                data += _bytes_only(entry.deferred.encode(body.result()))
+                written.append(entry)
         except Exception:
             # A bug in a handler's completion must cost one connection, never the broker (and
-            # the responses behind it can no longer leave in order).
+            # the responses behind it can no longer leave in order): those before it still go.
             log.exception("closing a connection after an unexpected error in a deferred response")
+            failed = True
+        if data:
+            self._writer.write(data[0] if len(data) == 1 else b"".join(data))
+        for entry in written:
+            self._timed(entry.request_type, entry.received_s)
+        if written:
+            self._idle.touch()
+        if failed:
             self.cancel()
             self._writer.close()
         if self._shrunk is not None and not self._shrunk.done():
             self._shrunk.set_result(None)
 
-    def _write(self, response: Response) -> None:
-        chunks = response or []
-        data = [chunk for chunk in chunks if not isinstance(chunk, FileRegion)]
-        if len(data) < len(chunks):
-            for chunk in chunks:
-                if isinstance(chunk, FileRegion):
-                    chunk.close()  # each owns its descriptor
-            raise TypeError("a deferred response holds a file region")
-        for chunk in data:
-            self._writer.write(chunk)
+
+def _bytes_only(response: Response) -> list[bytes]:
+    """A deferred response's chunks, which must all be bytes (see the module docstring)."""
+    chunks = response or []
+    data = [chunk for chunk in chunks if not isinstance(chunk, FileRegion)]
+    if len(data) < len(chunks):
+        for chunk in chunks:
+            if isinstance(chunk, FileRegion):
+                chunk.close()  # each owns its descriptor
+        raise TypeError("a deferred response holds a file region")
+    return data

@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -82,6 +83,8 @@ TLS_HANDSHAKE_TIMEOUT_S = 10.0
 # Bytes a TLS listener reads from a segment per write: large enough to amortise the encryption
 # call, small enough to keep one buffer per connection cheap.
 TLS_REGION_CHUNK_BYTES = 256 * 1024
+# Linux's TCP_CORK (absent elsewhere: responses then leave uncorked).
+_TCP_CORK = getattr(socket, "TCP_CORK", None)
 
 # A fresh SASL authenticator per connection of a SASL listener.
 AuthenticatorFactory = Callable[[], SaslServerAuthenticator]
@@ -313,6 +316,7 @@ async def write_chunks(writer: asyncio.StreamWriter, chunks: list[Chunk]) -> Non
     loop = asyncio.get_running_loop()
     tls = writer.get_extra_info("sslcontext") is not None
     buffer: bytearray | None = None
+    corked = not tls and len(chunks) > 1 and _cork(writer.transport, True)
     try:
         for index, chunk in enumerate(chunks):
             if isinstance(chunk, FileRegion):
@@ -340,9 +344,29 @@ async def write_chunks(writer: asyncio.StreamWriter, chunks: list[Chunk]) -> Non
                 if index == len(chunks) - 1:
                     await writer.drain()
     finally:
+        if corked:
+            _cork(writer.transport, False)
         for chunk in chunks:
             if isinstance(chunk, FileRegion):
                 chunk.close()
+
+
+def _cork(transport: asyncio.WriteTransport, on: bool) -> bool:
+    """Hold back the socket's partial segments (TCP_CORK), or send them: False where that is not
+    possible (not Linux, or no socket left).
+
+    A fetch response is its header bytes, a file region sent with sendfile and a few trailing
+    bytes (tagged fields). Uncorked, each leaves as a segment of its own, and on loopback each
+    segment is delivered (and its reader woken) inside the sending system call: corked, one
+    delivery per response. Two setsockopt calls cost less than the two deliveries they save."""
+    sock = transport.get_extra_info("socket")
+    if _TCP_CORK is None or sock is None or (on and transport.is_closing()):
+        return False
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 1 if on else 0)
+    except OSError:  # the peer is gone: the write that follows reports it
+        return False
+    return True
 
 
 def _sendfile_now(transport: asyncio.WriteTransport, region: FileRegion) -> int:

@@ -128,3 +128,42 @@ async def test_an_error_completing_a_response_closes_the_connection(
     with pytest.raises(OSError):
         os.fstat(fd)
     assert "unexpected error in a deferred response" in caplog.text
+
+
+async def test_answers_completed_together_leave_in_one_write(pair: Pair) -> None:
+    """One high watermark move completes several produce requests: their answers are one send
+    (one delivery to the client), in request order."""
+    writes: list[bytes] = []
+    real_write = pair.server_writer.write
+
+    def counted(data: bytes) -> None:
+        writes.append(bytes(data))
+        real_write(data)
+
+    pair.server_writer.write = counted  # type: ignore[method-assign]
+    items = [deferred() for _ in range(3)]
+    for name, item in zip("ABC", items, strict=True):
+        pair.queue.add(item, name, 0.0)
+    for index, item in enumerate(items):  # all done before any callback runs
+        item.body.set_result(f"{index};".encode())
+    assert await pair.received(6) == b"0;1;2;"
+    assert writes == [b"0;1;2;"]
+    assert pair.timed == ["A", "B", "C"]
+
+
+async def test_answers_before_a_failing_one_still_leave(
+    pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken_encode(_body: Any) -> Response:
+        raise RuntimeError("a bug in the completion")
+
+    good, broken = deferred(), deferred(broken_encode)
+    pair.queue.add(good, "A", 0.0)
+    pair.queue.add(broken, "B", 0.0)
+    good.body.set_result(b"good;")
+    broken.body.set_result(None)
+    async with asyncio.timeout(5):
+        assert await pair.client.read() == b"good;"
+        assert await pair.client.read() == b""  # then the connection is closed
+    assert pair.timed == ["A"]
+    assert "unexpected error in a deferred response" in caplog.text
