@@ -72,6 +72,66 @@ class _Followed:
     retry_at_s: float = 0.0  # loop time before which the partition is not fetched
 
 
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """A partition in a fetch, and what the fetch asks of it."""
+
+    followed: _Followed
+    topic_id: uuid.UUID
+    max_bytes: int
+    throttled: bool  # its bytes count against the follower quota
+
+
+class _FetchPlan:
+    """A replica FetchRequest for a set of partitions, rebuilt only when the set changes."""
+
+    def __init__(self, broker_id: int, planned: list[_Planned]) -> None:
+        self.planned = planned
+        topics: dict[str, m.FetchRequest.FetchTopic] = {}
+        self._entries: list[tuple[_Followed, m.FetchRequest.FetchPartition]] = []
+        # The partitions by (topic id, index) and by (name, index): a response names them by id
+        # from Fetch v13 on, by name before.
+        self.sent: dict[tuple[uuid.UUID | str, int], _Followed] = {}
+        self.throttled: set[_Followed] = set()
+        for item in planned:
+            partition = item.followed.partition
+            topic = topics.get(partition.topic)
+            if topic is None:
+                topic = m.FetchRequest.FetchTopic(topic=partition.topic, topic_id=item.topic_id)
+                topics[partition.topic] = topic
+            entry = m.FetchRequest.FetchPartition(
+                partition=partition.index, partition_max_bytes=item.max_bytes
+            )
+            topic.partitions.append(entry)
+            self._entries.append((item.followed, entry))
+            self.sent[(item.topic_id, partition.index)] = item.followed
+            self.sent[(partition.topic, partition.index)] = item.followed
+            if item.throttled:
+                self.throttled.add(item.followed)
+        self.request = m.FetchRequest(
+            replica_id=broker_id,
+            replica_state=m.FetchRequest.ReplicaState(replica_id=broker_id),
+            max_wait_ms=REPLICA_FETCH_WAIT_MAX_MS,
+            min_bytes=REPLICA_FETCH_MIN_BYTES,
+            max_bytes=REPLICA_FETCH_RESPONSE_MAX_BYTES,
+            isolation_level=READ_UNCOMMITTED,
+            topics=list(topics.values()),
+        )
+
+    def names(self, planned: list[_Planned]) -> bool:
+        """Whether this plan fetches exactly `planned` (same partitions, epochs and limits)."""
+        return planned == self.planned
+
+    def bring_up_to_date(self) -> None:
+        """Each partition from where its log ends now."""
+        for followed, entry in self._entries:
+            partition_log = followed.partition.log
+            entry.current_leader_epoch = followed.leader_epoch
+            entry.fetch_offset = partition_log.log_end_offset
+            entry.last_fetched_epoch = partition_log.leader_epochs.latest_epoch
+            entry.log_start_offset = partition_log.log_start_offset
+
+
 class LeaderFetcher:
     """Copies the partitions this broker follows from one leader broker."""
 
@@ -91,6 +151,7 @@ class LeaderFetcher:
         self._followed: dict[tuple[str, int], _Followed] = {}
         self._changed = asyncio.Event()
         self._connection: BrokerConnection | None = None
+        self._plan: _FetchPlan | None = None  # the last fetch's, reused while it fits
         self._stopping = False
         self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{leader_id}")
 
@@ -269,77 +330,68 @@ class LeaderFetcher:
     # -- fetching ------------------------------------------------------------------------------
 
     async def _fetch(self, connection: BrokerConnection, fetchable: list[_Followed]) -> None:
-        topics: dict[str, m.FetchRequest.FetchTopic] = {}
-        sent: dict[tuple[uuid.UUID | str, int], _Followed] = {}
-        throttled: set[int] = set()  # ids of the _Followed whose bytes count against the quota
-        # The throttled replicas share one allowance: each asks for its part of it.
-        throttled_count = sum(
-            self._quota.throttled(f.partition.topic, f.partition.index) for f in fetchable
-        )
-        throttled_max_bytes = self._quota.fetch_max_bytes(REPLICA_FETCH_MAX_BYTES)
-        throttle_delay_s = self._quota.delay_s(throttled_max_bytes) if throttled_count else 0.0
-        for followed in fetchable:
-            partition = followed.partition
-            metadata = self._cache.topic(partition.topic)
-            if metadata is None:
-                self._back_off(followed)
-                continue
-            max_bytes = REPLICA_FETCH_MAX_BYTES
-            if self._quota.throttled(partition.topic, partition.index):
-                if throttle_delay_s > 0:
-                    followed.retry_at_s = asyncio.get_running_loop().time() + throttle_delay_s
-                    continue
-                throttled.add(id(followed))
-                max_bytes = max(1, throttled_max_bytes // throttled_count)
-            topic = topics.get(partition.topic)
-            if topic is None:
-                topic = m.FetchRequest.FetchTopic(topic=partition.topic, topic_id=metadata.topic_id)
-                topics[partition.topic] = topic
-            partition_log = partition.log
-            topic.partitions.append(
-                m.FetchRequest.FetchPartition(
-                    partition=partition.index,
-                    current_leader_epoch=followed.leader_epoch,
-                    fetch_offset=partition_log.log_end_offset,
-                    last_fetched_epoch=partition_log.leader_epochs.latest_epoch,
-                    log_start_offset=partition_log.log_start_offset,
-                    partition_max_bytes=max_bytes,
-                )
-            )
-            sent[(metadata.topic_id, partition.index)] = followed
-            sent[(partition.topic, partition.index)] = followed
-        if not topics:
+        plan = self._plan_fetch(fetchable)
+        if plan is None:
             return
-        request = m.FetchRequest(
-            replica_id=self._broker_id,
-            replica_state=m.FetchRequest.ReplicaState(replica_id=self._broker_id),
-            max_wait_ms=REPLICA_FETCH_WAIT_MAX_MS,
-            min_bytes=REPLICA_FETCH_MIN_BYTES,
-            max_bytes=REPLICA_FETCH_RESPONSE_MAX_BYTES,
-            isolation_level=READ_UNCOMMITTED,
-            topics=list(topics.values()),
-        )
         # One fetch at a time per leader, and a small request: no slot to take and no drain to
-        # wait for (send_nowait), on the path of every acks=all produce.
+        # wait for (send_nowait), on the path of every acks=all produce. The request is encoded
+        # here, before the plan can change.
         response = await connection.send_nowait(
-            request, timeout_ms=REPLICA_SOCKET_TIMEOUT_MS + REPLICA_FETCH_WAIT_MAX_MS
+            plan.request, timeout_ms=REPLICA_SOCKET_TIMEOUT_MS + REPLICA_FETCH_WAIT_MAX_MS
         )
         if not isinstance(response, m.FetchResponse):
             raise ProtocolDecodeError(f"expected FetchResponse, got {type(response).__name__}")
         if response.error_code != ErrorCode.NONE:
             raise KafkaError(ErrorCode(response.error_code), "replica fetch failed")
+        sent, throttled = plan.sent, plan.throttled
         for topic_response in response.responses:
             for data in topic_response.partitions:
                 target = sent.get((topic_response.topic_id, data.partition_index)) or sent.get(
                     (topic_response.topic, data.partition_index)
                 )
-                if target is not None and id(target) in throttled:
+                if target is not None and target in throttled:
                     records = data.records
                     self._quota.record(
                         len(records) if isinstance(records, bytes | memoryview) else 0
                     )
                 if target is not None and self._current(target):
                     self._apply(target, data)
+
+    def _plan_fetch(self, fetchable: list[_Followed]) -> _FetchPlan | None:
+        """The fetch of `fetchable` now (None: nothing to fetch): each partition from its log
+        end, the throttled ones (follower quota) sharing their allowance or left out while it
+        is used up. The last plan is reused while it names the same partitions and limits, its
+        offsets brought up to date: a follower fetches the same set over and over, and building
+        the request's objects again each time was a tenth of its work."""
+        quota = self._quota
+        throttled_flags = [quota.throttled(f.partition.topic, f.partition.index) for f in fetchable]
+        throttled_count = sum(throttled_flags)
+        throttled_max_bytes = REPLICA_FETCH_MAX_BYTES
+        throttle_delay_s = 0.0
+        if throttled_count:
+            throttled_max_bytes = quota.fetch_max_bytes(REPLICA_FETCH_MAX_BYTES)
+            throttle_delay_s = quota.delay_s(throttled_max_bytes)
+        chosen: list[_Planned] = []
+        for followed, throttled in zip(fetchable, throttled_flags, strict=True):
+            metadata = self._cache.topic(followed.partition.topic)
+            if metadata is None:
+                self._back_off(followed)
+                continue
+            max_bytes = REPLICA_FETCH_MAX_BYTES
+            if throttled:
+                if throttle_delay_s > 0:
+                    followed.retry_at_s = asyncio.get_running_loop().time() + throttle_delay_s
+                    continue
+                # The throttled replicas share one allowance: each asks for its part of it.
+                max_bytes = max(1, throttled_max_bytes // throttled_count)
+            chosen.append(_Planned(followed, metadata.topic_id, max_bytes, throttled))
+        if not chosen:
+            return None
+        plan = self._plan
+        if plan is None or not plan.names(chosen):
+            plan = self._plan = _FetchPlan(self._broker_id, chosen)
+        plan.bring_up_to_date()
+        return plan
 
     def _apply(self, followed: _Followed, data: m.FetchResponse.PartitionData) -> None:
         partition = followed.partition
