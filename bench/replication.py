@@ -1,16 +1,20 @@
 """Replication: what RF=3 costs in produce rate and latency, and how long a failover takes.
 
 Everything runs on this machine in one run, on one embedded ZooKeeper (a chroot per cluster):
-first one broker with RF=1 topics, then three brokers with RF=3 topics (min.insync.replicas 2),
-each broker its own process with a fresh data dir, all with zookeeper.session.timeout.ms = 6 s
-(Kafka's default, 18 s, would make a crash failover three times slower; `--set` overrides it and
-the goal follows). On each cluster:
+one broker with RF=1 topics and three brokers with RF=3 topics (min.insync.replicas 2), both
+clusters up side by side, each broker its own process with a fresh data dir, all with
+zookeeper.session.timeout.ms = 6 s (Kafka's default, 18 s, would make a crash failover three
+times slower; `--set` overrides it and the goal follows). On each cluster:
 
 - Produce rate: the same Riverbed producer run as client_throughput (1M x 100-byte records,
   acks=all, linger 5 ms, no idempotence, partition 0) at both batch sizes; afterwards the high
-  watermark must equal the record count and, on RF=3, all three replicas must still be in the
-  ISR (else acks=all did not wait for all three). The ratio RF=3 / RF=1 is the cost of
-  replication (goal >= 0.5).
+  watermark must equal the records written and, on RF=3, all three replicas must still be in
+  the ISR (else acks=all did not wait for all three). The ratio RF=3 / RF=1 is the cost of
+  replication (goal >= 0.5). The two clusters take turns, PRODUCE_PAIRS times for each case
+  (RF=1 first in one pair, RF=3 first in the next), each rate being the median of its runs: the
+  benchmark machine's speed drifts by a third within minutes (seen 2026-11-28: RF=1 from 313k
+  to 456k records/s in one hour), and two runs a minute apart compared the machine's moods as
+  much as the clusters. Each case writes one topic per cluster, whose runs append to it.
 - Context, not the goal's setting: the 16 KiB run once more with the producer keeping up to
   20 requests in flight instead of the default 5 (allowed without idempotence). With one
   partition and one batch per partition per request, the default caps what is in flight at
@@ -24,7 +28,7 @@ the goal follows). On each cluster:
   between rounds. Goals on the medians: SIGKILL <= session timeout + 1 s, SIGTERM (controlled
   shutdown) <= 1 s.
 
-`--quick`: 100,000 records, 3 s of latency, 3 rounds of each failover.
+`--quick`: 100,000 records, one pair per produce case, 3 s of latency, 3 rounds of each failover.
 """
 
 from __future__ import annotations
@@ -74,62 +78,105 @@ TUNED_KEY = f"produce_batch_{TUNED_BATCH_BYTES}_in_flight_{TUNED_IN_FLIGHT}"
 @dataclass(frozen=True, slots=True)
 class Plan:
     records: int
+    produce_pairs: int  # runs of each produce case on each cluster, taking turns
     latency_duration_s: float
     failover_rounds: int
 
 
-FULL = Plan(records=1_000_000, latency_duration_s=10.0, failover_rounds=10)
-QUICK = Plan(records=100_000, latency_duration_s=3.0, failover_rounds=3)
+FULL = Plan(records=1_000_000, produce_pairs=3, latency_duration_s=10.0, failover_rounds=10)
+QUICK = Plan(records=100_000, produce_pairs=1, latency_duration_s=3.0, failover_rounds=3)
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceCase:
+    key: str  # its name in the measurements
+    batch_bytes: int
+    in_flight_max: int = client_throughput.IN_FLIGHT_DEFAULT
+
+
+PRODUCE_CASES = (
+    *(ProduceCase(f"produce_batch_{batch_bytes}", batch_bytes) for batch_bytes in BATCH_SIZES),
+    ProduceCase(TUNED_KEY, TUNED_BATCH_BYTES, TUNED_IN_FLIGHT),
+)
 
 
 def run(options: BenchOptions) -> BenchResult:
     plan = QUICK if options.quick else FULL
     settings = {**CLUSTER_SETTINGS, **options.broker_settings}
+    log_dir = options.work_dir / "logs"
     with (
         tempfile.TemporaryDirectory(prefix=f"{NAME}-", dir=options.work_dir) as scratch,
         zookeeper(Path(scratch) / "zookeeper") as zk_connect,
     ):
-        measured = {
-            f"rf{size}": measure_cluster(
-                size, plan, Path(scratch), zk_connect, settings, options.work_dir / "logs"
+        clusters = {
+            size: Cluster(
+                size,
+                Path(scratch) / f"rf{size}",
+                f"{zk_connect}/rf{size}",
+                settings,
+                log_dir,
+                f"{NAME}-rf{size}",
             )
             for size in (1, REPLICATED_BROKERS)
         }
+        try:
+            for cluster in clusters.values():
+                cluster.start(BROKER_START_TIMEOUT_S)
+            measured: dict[str, dict[str, Any]] = {
+                f"rf{size}": {"topic_configs": topic_configs(size)} for size in clusters
+            }
+            for case in PRODUCE_CASES:
+                for size, runs in measure_produce_pairs(clusters, case, plan).items():
+                    measured[f"rf{size}"][case.key] = {
+                        "records_per_s": statistics.median(r["records_per_s"] for r in runs),
+                        "runs": runs,
+                    }
+            for size, cluster in clusters.items():
+                measured[f"rf{size}"] |= measure_latency_and_failover(size, cluster, plan)
+        finally:
+            for cluster in clusters.values():
+                cluster.close()
     return summarize(plan, settings, measured)
 
 
-def measure_cluster(
-    size: int,
-    plan: Plan,
-    scratch_dir: Path,
-    zk_connect: str,
-    settings: dict[str, str],
-    log_dir: Path,
-) -> dict[str, Any]:
-    """`size` brokers, topics with replication factor `size`: produce, latency, failovers."""
-    name = f"rf{size}"
-    cluster = Cluster(
-        size, scratch_dir / name, f"{zk_connect}/{name}", settings, log_dir, f"{NAME}-{name}"
-    )
-    configs = {"min.insync.replicas": str(min(size, MIN_INSYNC_REPLICAS))}
-    measured: dict[str, Any] = {"topic_configs": configs}
-    try:
-        cluster.start(BROKER_START_TIMEOUT_S)
-        value = payload(VALUE_BYTES)
-        for batch_bytes in BATCH_SIZES:
-            topic = f"{NAME}-produce-{batch_bytes}"
-            create_topic(cluster.bootstrap, topic, size, configs)
-            measured[f"produce_batch_{batch_bytes}"] = measure_produce(
-                cluster, topic, plan.records, value, batch_bytes
+def topic_configs(size: int) -> dict[str, str]:
+    return {"min.insync.replicas": str(min(size, MIN_INSYNC_REPLICAS))}
+
+
+def measure_produce_pairs(
+    clusters: dict[int, Cluster], case: ProduceCase, plan: Plan
+) -> dict[int, list[dict[str, Any]]]:
+    """`case` on each cluster `plan.produce_pairs` times, the clusters taking turns (the first of
+    a pair alternating), each appending to one topic of its own; every run's measurements."""
+    topic = f"{NAME}-{case.key.replace('_', '-')}"
+    for size, cluster in clusters.items():
+        create_topic(cluster.bootstrap, topic, size, topic_configs(size))
+    value = payload(VALUE_BYTES)
+    runs: dict[int, list[dict[str, Any]]] = {size: [] for size in clusters}
+    sizes = list(clusters)
+    for pair in range(plan.produce_pairs):
+        for size in sizes if pair % 2 == 0 else reversed(sizes):
+            runs[size].append(
+                measure_produce(
+                    clusters[size],
+                    topic,
+                    plan.records,
+                    value,
+                    case.batch_bytes,
+                    case.in_flight_max,
+                    records_before=len(runs[size]) * plan.records,
+                )
             )
-        topic = f"{NAME}-produce-{TUNED_BATCH_BYTES}-in-flight-{TUNED_IN_FLIGHT}"
-        create_topic(cluster.bootstrap, topic, size, configs)
-        measured[TUNED_KEY] = measure_produce(
-            cluster, topic, plan.records, value, TUNED_BATCH_BYTES, TUNED_IN_FLIGHT
-        )
-        topic = f"{NAME}-latency"
-        create_topic(cluster.bootstrap, topic, size, configs)
-        measured["latency"] = {
+    return runs
+
+
+def measure_latency_and_failover(size: int, cluster: Cluster, plan: Plan) -> dict[str, Any]:
+    """End-to-end latency on `cluster`; on the replicated one, failovers; then a clean stop."""
+    configs = topic_configs(size)
+    topic = f"{NAME}-latency"
+    create_topic(cluster.bootstrap, topic, size, configs)
+    measured: dict[str, Any] = {
+        "latency": {
             "loadavg_1m_before": os.getloadavg()[0],
             **asyncio.run(
                 replication_latency.measure(
@@ -141,19 +188,18 @@ def measure_cluster(
                 )
             ),
         }
-        if size > 1:
-            topic = f"{NAME}-failover"
-            create_topic(cluster.bootstrap, topic, size, configs)
-            for sig in (signal.SIGKILL, signal.SIGTERM):
-                measured[f"failover_{sig.name}"] = {
-                    "loadavg_1m_before": os.getloadavg()[0],
-                    "rounds": replication_failover.measure_rounds(
-                        cluster, topic, sig, plan.failover_rounds
-                    ),
-                }
-        measured["exit_codes_after_sigterm"] = cluster.stop()
-    finally:
-        cluster.close()
+    }
+    if size > 1:
+        topic = f"{NAME}-failover"
+        create_topic(cluster.bootstrap, topic, size, configs)
+        for sig in (signal.SIGKILL, signal.SIGTERM):
+            measured[f"failover_{sig.name}"] = {
+                "loadavg_1m_before": os.getloadavg()[0],
+                "rounds": replication_failover.measure_rounds(
+                    cluster, topic, sig, plan.failover_rounds
+                ),
+            }
+    measured["exit_codes_after_sigterm"] = cluster.stop()
     return measured
 
 
@@ -164,8 +210,11 @@ def measure_produce(
     value: bytes,
     batch_bytes: int,
     in_flight_max: int = client_throughput.IN_FLIGHT_DEFAULT,
+    *,
+    records_before: int = 0,
 ) -> dict[str, Any]:
-    """client_throughput's Riverbed producer run; then every record must be in every replica."""
+    """client_throughput's Riverbed producer run (after `records_before` written to the topic
+    already); then every record must be in every replica."""
     pids = cluster.pids
     loadavg = os.getloadavg()[0]
     cpu_before = {broker_id: cpu_seconds(pid) for broker_id, pid in pids.items()}
@@ -176,8 +225,10 @@ def measure_produce(
         str(broker_id): cpu_seconds(pid) - cpu_before[broker_id] for broker_id, pid in pids.items()
     }
     high_watermark = end_offset(cluster.bootstrap, topic, 0)
-    if high_watermark != records:
-        raise ProcessFailed(f"{topic} holds {high_watermark} records, not {records}")
+    if high_watermark != records_before + records:
+        raise ProcessFailed(
+            f"{topic} holds {high_watermark} records, not {records_before} + {records}"
+        )
     state = partition_state(cluster.bootstrap, topic)
     if len(state.isr) != len(cluster.brokers):
         raise ProcessFailed(f"{topic}-0's ISR shrank to {state.isr} while producing")
@@ -272,6 +323,7 @@ def summarize(plan: Plan, settings: dict[str, str], measured: dict[str, Any]) ->
             "latency_duration_s": plan.latency_duration_s,
             "latency_producer": replication_latency.PRODUCER_SETTINGS,
             "latency_pace_tick_s": replication_latency.PACE_TICK_S,
+            "produce_pairs": plan.produce_pairs,
             "failover_rounds": plan.failover_rounds,
             "failover_probe_producer": replication_failover.PROBE_PRODUCER_SETTINGS,
         },
@@ -295,13 +347,21 @@ def _produce_rows(
     *,
     goal: bool,
 ) -> None:
-    """The two produce rates of run `key` and their ratio: against the goal, or as context."""
+    """The two produce rates of run `key` (medians of their runs) and their ratio: against the
+    goal, or as context. The ratio of each pair of runs is kept next to them, to show the
+    spread."""
     rf1, rf3 = single[key]["records_per_s"], replicated[key]["records_per_s"]
-    headlines += [
-        _headline(f"produce acks=all, RF=1 on 1 broker, {what}", rf1, "records/s"),
-        _headline(f"produce acks=all, RF=3 on 3 brokers, {what}", rf3, "records/s"),
+    pairs = [
+        b["records_per_s"] / a["records_per_s"]
+        for a, b in zip(single[key]["runs"], replicated[key]["runs"], strict=True)
     ]
-    label = f"produce RF=3 / RF=1, {what}"
+    replicated[key]["pair_ratios"] = pairs
+    runs = f"median of {len(pairs)}"
+    headlines += [
+        _headline(f"produce acks=all, RF=1 on 1 broker, {what}, {runs}", rf1, "records/s"),
+        _headline(f"produce acks=all, RF=3 on 3 brokers, {what}, {runs}", rf3, "records/s"),
+    ]
+    label = f"produce RF=3 / RF=1, {what} (pairs {min(pairs):.2f}-{max(pairs):.2f})"
     ratios.append(
         {
             "label": label if goal else f"{label} (context: not the default)",
