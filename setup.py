@@ -19,6 +19,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import zipfile
 from pathlib import Path
@@ -26,6 +27,10 @@ from pathlib import Path
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
+
+# The repository's tools/: setuptools.build_meta does not put the project's folder on the path.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tools.typecheck import package_shim
 
 # The compiled record loops; both cimport platform/protocol/kafka_varint.pxd (inline only).
 COMPILED = [
@@ -116,17 +121,12 @@ def build_pruning_jar(target: Path) -> None:
 
 def mypyc_extensions() -> list[Extension]:
     """The hot path's mypyc extensions. mypyc names a module after its path, so it compiles
-    from a tree where `platform/` appears under its import name (as tools/typecheck does)."""
+    from the tree tools/typecheck checks, where `platform/` appears under its import name."""
     from mypyc.build import mypycify
 
     shutil.rmtree(MYPYC_SOURCE_TREE, ignore_errors=True)
-    package = MYPYC_SOURCE_TREE / "riverbed"
-    package.mkdir(parents=True)
-    platform = Path(__file__).parent / "platform"
-    shutil.copy(platform / "_package.py", package / "__init__.py")
-    for entry in platform.iterdir():
-        if entry.name not in ("_package.py", "__pycache__"):
-            (package / entry.name).symlink_to(entry.resolve())
+    MYPYC_SOURCE_TREE.mkdir(parents=True)
+    package = package_shim(MYPYC_SOURCE_TREE) / "riverbed"
     # Not the project's strict config: compiling needs the types, not the lint, and an isolated
     # build (`pip wheel .`) has no runtime dependencies installed, whose types become Any.
     options = ["--config-file", "", "--ignore-missing-imports", "--python-version", "3.11"]

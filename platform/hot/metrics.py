@@ -19,12 +19,13 @@ only writer, so no lock is needed.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 # Request handling times: sub-millisecond metadata calls up to long-polled fetches and acks=all
 # produces (bounded by their timeouts).
@@ -37,6 +38,10 @@ REMOTE_FETCH_SECONDS_BUCKETS: Final = (
 )  # fmt: skip
 CONSUMER: Final = "consumer"
 FOLLOWER: Final = "follower"
+
+
+# prometheus_client's own `le` formatting (untyped there), so the labels match its Histogram's.
+_bucket_label: Final[Callable[[float], str]] = floatToGoString
 
 
 class Count:
@@ -63,12 +68,12 @@ class Timing:
         self.sum += seconds
 
     def cumulative_buckets(self) -> list[tuple[str, float]]:
+        """(`le` label as prometheus_client writes it, observations up to that bound)."""
         buckets = []
         total = 0
         for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
             total += count
-            # The `le` label as prometheus_client writes it: repr for finite bounds.
-            buckets.append(("+Inf" if bound == float("inf") else repr(bound), float(total)))
+            buckets.append((_bucket_label(bound), float(total)))
         return buckets
 
 

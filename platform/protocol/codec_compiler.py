@@ -28,6 +28,7 @@ and every array count is spent from the ElementBudget before its elements are bu
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import keyword
 import struct
@@ -196,7 +197,7 @@ def _check_plain_dataclass(cls: type[Any]) -> None:
         raise ValueError(f"{cls.__qualname__} is not a plain dataclass")
 
 
-class _Source:
+class _Source(abc.ABC):
     """Lines of one generated function and the names it uses."""
 
     def __init__(self, target: _Target, name: str, parameters: str) -> None:
@@ -239,6 +240,33 @@ class _Source:
     def finish(self) -> Any:
         exec("\n".join(self.lines), self.namespace)
         return self.namespace[self.name]
+
+    def field(self, field: FieldSpec, place: str, indent: int, depth: int) -> None:
+        """Code for one field, read into or written from `place` (a name in the generated
+        code): the same dispatch in both directions, each supplying the four kinds."""
+        if field.is_array:
+            self.array(field, place, indent, depth)
+        elif field.struct is not None:
+            cls = self.target.struct_cls(field.struct)
+            self.struct(field.struct, cls, place, indent, depth + 1)
+        elif _is_fixed(field):
+            self.fixed_run([field], [place], indent)
+        else:
+            self.sized(field, place, indent)
+
+    @abc.abstractmethod
+    def array(self, field: FieldSpec, place: str, indent: int, depth: int) -> None: ...
+
+    @abc.abstractmethod
+    def struct(
+        self, struct_spec: StructSpec, cls: type[Any], place: str, indent: int, depth: int
+    ) -> None: ...
+
+    @abc.abstractmethod
+    def fixed_run(self, fields: list[FieldSpec], places: list[str], indent: int) -> None: ...
+
+    @abc.abstractmethod
+    def sized(self, field: FieldSpec, place: str, indent: int) -> None: ...
 
 
 class _ReaderSource(_Source):
@@ -380,17 +408,6 @@ class _ReaderSource(_Source):
         self.emit(indent, f"offset += {packer.size}")
         for target, raw in uuids:  # a UUID is never false: `or` only calls on a cache miss
             self.emit(indent, f"{target} = uuid_get({raw}) or uuid_from_bytes({raw})")
-
-    def field(self, field: FieldSpec, target: str, indent: int, depth: int) -> None:
-        if field.is_array:
-            self.array(field, target, indent, depth)
-        elif field.struct is not None:
-            cls = self.target.struct_cls(field.struct)
-            self.struct(field.struct, cls, target, indent, depth + 1)
-        elif _is_fixed(field):
-            self.fixed_run([field], [target], indent)
-        else:
-            self.sized(field, target, indent)
 
     def uvarint(self, target: str, indent: int) -> None:
         self.emit(indent, f"{target} = buf[offset]")
@@ -595,17 +612,6 @@ class _WriterSource(_Source):
             packed.append(value)
         pack = self.constant(self.fixed_struct(fields).pack, "pack")
         self.emit(indent, f"buffer += {pack}({', '.join(packed)})")
-
-    def field(self, field: FieldSpec, value: str, indent: int, depth: int) -> None:
-        if field.is_array:
-            self.array(field, value, indent, depth)
-        elif field.struct is not None:
-            cls = self.target.struct_cls(field.struct)
-            self.struct(field.struct, cls, value, indent, depth + 1)
-        elif _is_fixed(field):
-            self.fixed_run([field], [value], indent)
-        else:
-            self.sized(field, value, indent)
 
     def length(self, size: str, short: bool, indent: int) -> None:
         if self.target.flexible:

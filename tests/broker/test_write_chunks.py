@@ -1,11 +1,12 @@
 """The server's response writer on real loopback sockets and real files: file regions go to the
 socket with os.sendfile at once when it has room, through the loop when it is full, and the
-client receives every byte in order either way."""
+client receives every byte in order either way; a response of several chunks leaves corked."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,37 @@ async def test_regions_arrive_whole_and_in_order(
             assert through_loop == []  # straight to the socket: no loop iteration per region
         else:
             assert through_loop and through_loop[0] < region_bytes  # the rest, once it was full
+    finally:
+        writer.close()
+        client_writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_response_of_several_chunks_leaves_corked_and_the_socket_is_uncorked_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Header, region and trailer go out as one delivery (TCP_CORK held while they are
+    written), and nothing is held back afterwards."""
+    data = os.urandom(4096)
+    segment = tmp_path / "segment"
+    segment.write_bytes(data)
+    reader, writer, (server, client_writer) = await _connected()
+    sock = writer.get_extra_info("socket")
+    corked_at_sendfile: list[int] = []
+    real_sendfile = os.sendfile
+
+    def observing_sendfile(out_fd: int, in_fd: int, offset: int, count: int) -> int:
+        corked_at_sendfile.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK))
+        return real_sendfile(out_fd, in_fd, offset, count)
+
+    monkeypatch.setattr(os, "sendfile", observing_sendfile)
+    try:
+        await write_chunks(writer, [b"head", _region(segment, 0, len(data)), b"tail"])
+        assert corked_at_sendfile and all(corked_at_sendfile)
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK) == 0
+        received = await asyncio.wait_for(reader.readexactly(4 + len(data) + 4), timeout=5)
+        assert received == b"head" + data + b"tail"
     finally:
         writer.close()
         client_writer.close()
