@@ -87,8 +87,13 @@ async def test_controller_failover(zk_chroot: str) -> None:
 
     await first.zk.stop()  # the controller's session ends: the other contender takes over
     await eventually(lambda: election_2.is_controller)
+    await eventually(lambda: not election_1.is_controller)
     assert second.controller_epoch == 2 and await second.get_controller() == 2
-    assert changes == [(1, True), (1, False), (2, True)]
+    # Each contender's news comes from its own session, so which of the two is heard first is a
+    # race (one CI run heard 2 win before 1 lose); Kafka does not order them either and fences a
+    # stale controller by its epoch instead, checked above. Each contender's own story is fixed.
+    assert [won for broker_id, won in changes if broker_id == 1] == [True, False]
+    assert [won for broker_id, won in changes if broker_id == 2] == [True]
     await election_2.stop()
     await second.zk.stop()
 
