@@ -126,11 +126,17 @@ def run(options: BenchOptions) -> BenchResult:
                 f"rf{size}": {"topic_configs": topic_configs(size)} for size in clusters
             }
             for case in PRODUCE_CASES:
-                for size, runs in measure_produce_pairs(clusters, case, plan).items():
+                runs = measure_produce_pairs(clusters, case, plan)
+                for size, its_runs in runs.items():
                     measured[f"rf{size}"][case.key] = {
-                        "records_per_s": statistics.median(r["records_per_s"] for r in runs),
-                        "runs": runs,
+                        "records_per_s": statistics.median(r["records_per_s"] for r in its_runs),
+                        "runs": its_runs,
                     }
+                # Each pair's ratio, next to the medians', to show the spread.
+                measured[f"rf{REPLICATED_BROKERS}"][case.key]["pair_ratios"] = [
+                    b["records_per_s"] / a["records_per_s"]
+                    for a, b in zip(runs[1], runs[REPLICATED_BROKERS], strict=True)
+                ]
             for size, cluster in clusters.items():
                 measured[f"rf{size}"] |= measure_latency_and_failover(size, cluster, plan)
         finally:
@@ -348,14 +354,9 @@ def _produce_rows(
     goal: bool,
 ) -> None:
     """The two produce rates of run `key` (medians of their runs) and their ratio: against the
-    goal, or as context. The ratio of each pair of runs is kept next to them, to show the
-    spread."""
+    goal, or as context, labelled with the range of the pairs' ratios."""
     rf1, rf3 = single[key]["records_per_s"], replicated[key]["records_per_s"]
-    pairs = [
-        b["records_per_s"] / a["records_per_s"]
-        for a, b in zip(single[key]["runs"], replicated[key]["runs"], strict=True)
-    ]
-    replicated[key]["pair_ratios"] = pairs
+    pairs = replicated[key]["pair_ratios"]
     runs = f"median of {len(pairs)}"
     headlines += [
         _headline(f"produce acks=all, RF=1 on 1 broker, {what}, {runs}", rf1, "records/s"),

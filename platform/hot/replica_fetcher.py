@@ -118,10 +118,6 @@ class _FetchPlan:
             topics=list(topics.values()),
         )
 
-    def names(self, planned: list[_Planned]) -> bool:
-        """Whether this plan fetches exactly `planned` (same partitions, epochs and limits)."""
-        return planned == self.planned
-
     def bring_up_to_date(self) -> None:
         """Each partition from where its log ends now."""
         for followed, entry in self._entries:
@@ -388,7 +384,7 @@ class LeaderFetcher:
         if not chosen:
             return None
         plan = self._plan
-        if plan is None or not plan.names(chosen):
+        if plan is None or plan.planned != chosen:  # other partitions, epochs or limits
             plan = self._plan = _FetchPlan(self._broker_id, chosen)
         plan.bring_up_to_date()
         return plan
