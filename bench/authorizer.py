@@ -20,9 +20,9 @@ import timeit
 from types import SimpleNamespace
 from typing import Any, Final
 
-from riverbed.hot.handlers import fetch as fetch_handler
-from riverbed.hot.handlers import produce as produce_handler
-from riverbed.hot.handlers.context import BrokerContext
+from riverbed.broker.handlers import fetch as fetch_handler
+from riverbed.broker.handlers import produce as produce_handler
+from riverbed.broker.handlers.context import BrokerContext
 from riverbed.protocol import messages as m
 from riverbed.security.access import AclAccess
 from riverbed.security.acl import (

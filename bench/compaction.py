@@ -113,7 +113,7 @@ def fill_log(directory: Path, records: int, segment_bytes: int, *, seal: bool = 
     """A PartitionLog holding the dataset, every record committed; with `seal`, a record of
     another key rolls the segment holding the last ones (segment.ms passed), so all the dataset
     is in sealed segments."""
-    from riverbed.hot.log import LogConfig, PartitionLog
+    from riverbed.hot.storage.log import LogConfig, PartitionLog
     from riverbed.protocol.records import encode_batch, validate_records
 
     clock = [NOW_MS]
@@ -144,7 +144,7 @@ def fill_log(directory: Path, records: int, segment_bytes: int, *, seal: bool = 
 
 def clean_local_log(directory: Path, records: int, segment_bytes: int) -> dict[str, Any]:
     from riverbed.configs import BrokerConfig, topic_config
-    from riverbed.hot.cleaner import CleanerSettings, clean_log
+    from riverbed.hot.storage.cleaner import CleanerSettings, clean_log
 
     log = fill_log(directory, records, segment_bytes)
     try:
@@ -184,8 +184,8 @@ async def compact_cold_tier(
     """The dataset tiered by the broker's offloader, then one timed pass of its cold
     compactor, in this process (as the broker runs them, without the network)."""
     from riverbed.configs import BrokerConfig, topic_config
-    from riverbed.hot.partitions import Partition
-    from riverbed.hot.producer_state import ProducerStateManager
+    from riverbed.hot.replication.partitions import Partition
+    from riverbed.hot.storage.producer_state import ProducerStateManager
     from riverbed.tiering.service import TieredStorage
 
     log = fill_log(directory / f"{TOPIC}-0", records, segment_bytes, seal=everything_tiered)

@@ -314,7 +314,7 @@ class Cluster:
 
     def wait_registered(self, timeout_s: float) -> None:
         """Wait until every running broker's Metadata lists exactly the running brokers."""
-        from riverbed.cluster import metadata_broker_ids
+        from riverbed.cli.local_cluster import metadata_broker_ids
         from riverbed.protocol.errors import KafkaError
 
         running = {i: broker for i, broker in self.brokers.items() if broker.running}

@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from riverbed.hot.log import LogConfig
-from riverbed.hot.log_manager import LogManager
+from riverbed.hot.storage.log import LogConfig
+from riverbed.hot.storage.log_manager import LogManager
 from riverbed.protocol.records import encode_batch, validate_records
 
 from bench.kafka_clients import create_topic, end_offset, produce_acknowledged

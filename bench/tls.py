@@ -3,7 +3,8 @@ of one broker, side by side in one run.
 
 On a plaintext connection the broker hands segment bytes to `os.sendfile`; on TLS they must be
 encrypted, so it reads them into one reused buffer and encrypts from there (see
-riverbed.hot.server). Two readers, each run over both listeners, alternating, best of REPEATS:
+riverbed.broker.network.server). Two readers, each run over both listeners, alternating, best
+of REPEATS:
 
 - raw fetch: Fetch requests through Riverbed's `BrokerConnection`, records not decoded (the next
   offset comes from the last batch header), so the broker's fetch path is what is measured;

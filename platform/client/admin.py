@@ -25,13 +25,14 @@ from dataclasses import dataclass, field
 from typing import Final, Literal, NamedTuple, Protocol, TypeVar
 
 from riverbed.client import acls as acl_wire
-from riverbed.client.cluster import ClusterMetadata
+from riverbed.client.cluster_metadata import ClusterMetadata
 from riverbed.client.connection import BrokerConnection
 from riverbed.client.group.consumer_protocol import NO_GENERATION, PROTOCOL_TYPE, decode_assignment
 from riverbed.client.lifecycle import AsyncClient
-from riverbed.client.pool import BrokerPool, backoff_ms
+from riverbed.client.pool import BrokerPool
 from riverbed.client.settings import AdminSettings
 from riverbed.client.types import TopicPartition
+from riverbed.common.backoff import backoff_ms
 from riverbed.errors import (
     CoordinatorError,
     KafkaError,

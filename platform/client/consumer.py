@@ -39,17 +39,17 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, Final, NamedTuple
 
 from riverbed.client.connection import BrokerConnection
-from riverbed.client.fetcher import (
+from riverbed.client.fetched_records import (
     ISOLATION_READ_COMMITTED,
     PartitionFetch,
 )
-from riverbed.client.group.group import ConsumerGroup
+from riverbed.client.group.consumer_group import ConsumerGroup
 from riverbed.client.group.listener import RebalanceListener
 from riverbed.client.group.member import NO_GENERATION, MemberState
-from riverbed.client.group.offsets import OffsetAndMetadata
+from riverbed.client.group.offset_requests import OffsetAndMetadata
 from riverbed.client.group.subscription import TopicSubscription
 from riverbed.client.lifecycle import AsyncClient
-from riverbed.client.pool import BrokerPool, backoff_ms
+from riverbed.client.pool import BrokerPool
 from riverbed.client.positions import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -59,6 +59,7 @@ from riverbed.client.positions import (
 )
 from riverbed.client.settings import ConsumerSettings
 from riverbed.client.types import Record, TopicPartition
+from riverbed.common.backoff import backoff_ms
 from riverbed.errors import (
     ClientClosedError,
     GroupError,

@@ -14,40 +14,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import time
 from collections.abc import Coroutine, Iterable
 from typing import Any, Final, TypeVar
 
-from riverbed.client.cluster import ClusterMetadata
+from riverbed.client.cluster_metadata import ClusterMetadata
 from riverbed.client.connection import BrokerConnection, ConnectionClosedError
 from riverbed.client.settings import ClientSettings
 from riverbed.client.types import TopicPartition
+from riverbed.common.backoff import backoff_ms
 from riverbed.errors import ClientClosedError, error_for
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode
 
-# Kafka's ExponentialBackoff: each wait is the previous one doubled, +-20% random jitter so that
-# many clients retrying together spread out.
-BACKOFF_MULTIPLIER: Final = 2
-BACKOFF_JITTER: Final = 0.2
-# Doublings before the cap is surely reached; keeps 2**attempts small.
-BACKOFF_EXPONENT_MAX: Final = 32
 # The pool keeps its one connection to a bootstrap server (before any node id is known, or when
 # every known broker is unreachable) under this key.
 BOOTSTRAP_NODE_ID: Final = -1
 
 T = TypeVar("T")
-
-
-def backoff_ms(attempts: int, base_ms: int, max_ms: int) -> float:
-    """The wait before retry number `attempts` (1 = first retry): base * 2^(attempts-1), at most
-    max_ms, with +-20% jitter."""
-    if attempts <= 0 or base_ms <= 0:
-        return 0.0
-    exponent = min(attempts - 1, BACKOFF_EXPONENT_MAX)
-    wait_ms = min(base_ms * BACKOFF_MULTIPLIER**exponent, max(max_ms, base_ms))
-    return float(wait_ms * random.uniform(1 - BACKOFF_JITTER, 1 + BACKOFF_JITTER))
 
 
 class BrokerPool:

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Final
 
-from riverbed.client.fetcher import PartitionFetch
+from riverbed.client.fetched_records import PartitionFetch
 from riverbed.client.types import TopicPartition
 from riverbed.errors import KafkaError
 

@@ -38,8 +38,9 @@ from typing import Any, Final
 
 from riverbed.client.accumulator import PartitionQueue, ProducerBatch, RecordAccumulator
 from riverbed.client.connection import BrokerConnection
-from riverbed.client.pool import BrokerPool, backoff_ms
+from riverbed.client.pool import BrokerPool
 from riverbed.client.settings import ProducerSettings
+from riverbed.common.backoff import backoff_ms
 from riverbed.errors import (
     DuplicateSequenceError,
     KafkaTimeoutError,

@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, 
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from riverbed.common.log_events import event
 from riverbed.coordination import reassignment
 from riverbed.coordination.layout import NO_LEADER, MalformedZnodeError, TopicAssignment
 from riverbed.coordination.metadata import (
@@ -52,7 +53,6 @@ from riverbed.coordination.partition_election import (
     still_led_by,
 )
 from riverbed.coordination.zk import BadVersionError, NoNodeError, ZkError
-from riverbed.log_events import event
 from riverbed.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)

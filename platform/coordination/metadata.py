@@ -15,9 +15,8 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
-from riverbed.configs import validate_dynamic_broker_configs, validate_topic_configs
 from riverbed.coordination import layout
 from riverbed.coordination.assignment import assign_replicas
 from riverbed.coordination.layout import (
@@ -90,6 +89,16 @@ class AssignmentUpdate:
         return layout.topic_path(self.topic)
 
 
+class ConfigRules(Protocol):
+    """How config overrides are checked before they are written (riverbed.configs'
+    CONFIG_RULES): each returns the canonical overrides or raises a KafkaError naming the bad
+    one. The store checks every write with them, so nothing invalid reaches ZooKeeper."""
+
+    def topic(self, configs: Mapping[str, str | None]) -> dict[str, str]: ...
+
+    def dynamic_broker(self, configs: Mapping[str, str | None]) -> dict[str, str]: ...
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -97,8 +106,11 @@ def _now_ms() -> int:
 class ClusterMetadataStore:
     """The writes of cluster metadata, over one AsyncZooKeeper session."""
 
-    def __init__(self, zk: AsyncZooKeeper, rng: random.Random | None = None) -> None:
+    def __init__(
+        self, zk: AsyncZooKeeper, rules: ConfigRules, rng: random.Random | None = None
+    ) -> None:
         self.zk = zk
+        self._rules = rules
         self.controller_epoch: int | None = None  # the epoch of our last won election
         # The /controller_epoch znode version that election left: controller writes check it.
         self.controller_epoch_version: int | None = None
@@ -256,7 +268,7 @@ class ClusterMetadataStore:
         """Create a topic: assignment, partition states (leader = first replica, ISR = replicas,
         leader epoch 0) and config overrides in one transaction. Returns the new topic id."""
         self.check_new_topic(name, num_partitions, replication_factor, live_broker_ids)
-        overrides = validate_topic_configs(configs)
+        overrides = self._rules.topic(configs)
         topic_id = uuid.uuid4()
         replicas = assign_replicas(live_broker_ids, num_partitions, replication_factor, self._rng)
         ops = _create_topic_ops(name, topic_id, replicas, overrides, controller_epoch)
@@ -328,7 +340,7 @@ class ClusterMetadataStore:
             return await self._update_config(
                 layout.topic_config_path(name),
                 change,
-                validate_topic_configs,
+                self._rules.topic,
                 validate_only=validate_only,
                 must_exist=layout.topic_path(name),
             )
@@ -347,7 +359,7 @@ class ClusterMetadataStore:
         return await self._update_config(
             layout.BROKER_DEFAULT_CONFIG_PATH,
             change,
-            validate_dynamic_broker_configs,
+            self._rules.dynamic_broker,
             validate_only=validate_only,
         )
 

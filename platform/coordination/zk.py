@@ -229,7 +229,7 @@ class ZkDigest:
 
 # What the command-line tools that talk to ZooKeeper directly (riverbed users, riverbed acls
 # --zookeeper, riverbed cluster up) read their credentials from: the variables that set the
-# broker's zookeeper.auth.digest and zookeeper.set.acl (riverbed.env_config's convention).
+# broker's zookeeper.auth.digest and zookeeper.set.acl (riverbed.cli.env_config's convention).
 DIGEST_ENV: Final = "RIVERBED_ZOOKEEPER_AUTH_DIGEST"
 SET_ACL_ENV: Final = "RIVERBED_ZOOKEEPER_SET_ACL"
 

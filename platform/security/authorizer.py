@@ -27,8 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from riverbed.configs import BrokerConfig
-from riverbed.log_events import event
+from riverbed.common.log_events import event
 from riverbed.security.acl import (
     SUPPORTED_OPERATIONS,
     WILDCARD_HOST,
@@ -40,7 +39,6 @@ from riverbed.security.acl import (
     PatternType,
     ResourceType,
     operations_bitfield,
-    parse_super_users,
 )
 from riverbed.security.acl_snapshot import AclSnapshot
 
@@ -69,11 +67,6 @@ _OPERATION_OR_ALL: Final[dict[AclOperation, frozenset[AclOperation]]] = {
 class AuthorizerSettings:
     super_users: frozenset[str] = frozenset()
     allow_everyone_if_no_acl_found: bool = False
-
-    @classmethod
-    def from_config(cls, config: BrokerConfig) -> AuthorizerSettings:
-        """`super.users` and `allow.everyone.if.no.acl.found` (validated when parsed)."""
-        return cls(parse_super_users(config.super_users), config.allow_everyone_if_no_acl_found)
 
 
 class Authorizer:

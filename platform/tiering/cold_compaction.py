@@ -3,7 +3,7 @@ Spark job (riverbed_spark.jobs.compact_cold): which remote segments a pass cover
 are grouped, which records stay, and one group's objects rewritten into one new object. Pure:
 Arrow tables and local files in, local files out; the callers do the store and the manifest.
 
-The rule is the hot cleaner's (riverbed.hot.compaction), decided by the whole partition: a
+The rule is the hot cleaner's (riverbed.hot.storage.compaction), decided by the whole partition: a
 record stays if it is in a control batch, or if it has a key, no later record of the partition
 (cold or hot, up to the high watermark when the pass began) has that key, and it is not a
 tombstone older than `delete.retention.ms` below the map's end. The latest offset of each key
@@ -32,8 +32,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from riverbed.configs import TopicConfig
-from riverbed.hot.compaction import MAP_ENTRY_OVERHEAD_BYTES
+from riverbed.configs import MAP_ENTRY_OVERHEAD_BYTES, TopicConfig
 from riverbed.tiering.arrow_schema import SCHEMA
 from riverbed.tiering.batch_rebuild import rebuilt_sizes
 from riverbed.tiering.manifest import Manifest, RemoteSegment, SegmentState

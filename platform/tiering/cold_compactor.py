@@ -33,18 +33,17 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from riverbed.common.log_events import event
+from riverbed.common.throttle import StopRequested, Throttle
 from riverbed.configs import TopicConfig
-from riverbed.hot.cleaner import CleaningStopped, Throttle
-from riverbed.hot.log import ReadResult
-from riverbed.hot.partitions import Partition, PartitionManager
-from riverbed.log_events import event
+from riverbed.hot.local_log import LocalPartition, ReadResult
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.records_header import CorruptRecordError, iter_batch_headers
 from riverbed.tiering import cold_commit
@@ -142,7 +141,7 @@ class ColdCompactor:
         self,
         store: ObjectStore,
         offloader: Offloader,
-        partitions: PartitionManager,
+        partitions: Iterable[LocalPartition],
         topic_config: Callable[[str], TopicConfig | None],
         settings: ColdCompactionSettings,
         now_ms: Callable[[], int],
@@ -191,7 +190,7 @@ class ColdCompactor:
     async def run_once(self, *, force: bool = False) -> ColdCompactionResult | None:
         """Tidy every eligible partition, then one pass over the one that needs it most (with
         `force`, any with something dirty). None if no pass ran."""
-        best: tuple[ColdPlan, Partition, RemoteMetadata, int] | None = None
+        best: tuple[ColdPlan, LocalPartition, RemoteMetadata, int] | None = None
         for partition in list(self._partitions):
             found = await self._candidate(partition, force=force)
             if found is not None and (best is None or found[0].dirty_ratio > best[0].dirty_ratio):
@@ -202,8 +201,8 @@ class ColdCompactor:
         return await self._pass(partition, metadata, epoch, plan)
 
     async def _candidate(
-        self, partition: Partition, *, force: bool
-    ) -> tuple[ColdPlan, Partition, RemoteMetadata, int] | None:
+        self, partition: LocalPartition, *, force: bool
+    ) -> tuple[ColdPlan, LocalPartition, RemoteMetadata, int] | None:
         config = self._topic_config(partition.topic)
         if (
             config is None
@@ -247,7 +246,7 @@ class ColdCompactor:
             return None
         return plan, partition, metadata, epoch
 
-    def _leave_to_spark(self, partition: Partition, plan: ColdPlan) -> None:
+    def _leave_to_spark(self, partition: LocalPartition, plan: ColdPlan) -> None:
         key = (partition.topic, partition.index, partition.leader_epoch)
         if key in self._left_to_spark:
             return
@@ -264,7 +263,7 @@ class ColdCompactor:
         )
 
     async def _pass(
-        self, partition: Partition, metadata: RemoteMetadata, epoch: int, plan: ColdPlan
+        self, partition: LocalPartition, metadata: RemoteMetadata, epoch: int, plan: ColdPlan
     ) -> ColdCompactionResult | None:
         config = self._topic_config(partition.topic)
         if config is None:
@@ -332,7 +331,7 @@ class ColdCompactor:
 
     async def _abandon(
         self,
-        partition: Partition,
+        partition: LocalPartition,
         metadata: RemoteMetadata,
         epoch: int,
         pending: PendingCompaction,
@@ -348,7 +347,7 @@ class ColdCompactor:
             # The pending entry stays; the next round (or leader) aborts it.
             log.warning("%s: aborting the cold compaction failed: %s", partition, abort_error)
 
-    async def _run_worker(self, partition: Partition, job: _Job) -> ColdCompactionResult:
+    async def _run_worker(self, partition: LocalPartition, job: _Job) -> ColdCompactionResult:
         loop = asyncio.get_running_loop()
         stop = threading.Event()
         io = _LoopIO(loop, self._store, partition, stop)
@@ -376,7 +375,7 @@ class _LoopIO:
         self,
         loop: asyncio.AbstractEventLoop,
         store: ObjectStore,
-        partition: Partition,
+        partition: LocalPartition,
         stop: threading.Event,
     ) -> None:
         self._loop = loop
@@ -387,7 +386,7 @@ class _LoopIO:
     def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
         if self._stop.is_set():
             coroutine.close()
-            raise CleaningStopped
+            raise StopRequested
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(LOOP_CALL_WAIT_S)
 
     def download(self, segment: RemoteSegment, path: Path, throttle: Throttle) -> None:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Final, TypeVar
 
-from riverbed.hot.fileio import fsync_dir, pread_exact
+from riverbed.common.fileio import fsync_dir, pread_exact
 from riverbed.tiering.store import (
     ObjectInfo,
     ObjectNotFoundError,

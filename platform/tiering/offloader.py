@@ -32,16 +32,20 @@ import tempfile
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from riverbed.common.log_events import event
 from riverbed.configs import TopicConfig
-from riverbed.hot.log import PartitionLog, SealedBatches
-from riverbed.hot.partitions import Partition, PartitionManager
-from riverbed.hot.retention import UNLIMITED, log_start_after_retention
-from riverbed.log_events import event
+from riverbed.hot.local_log import (
+    UNLIMITED,
+    LocalLog,
+    LocalPartition,
+    SealedBatches,
+    log_start_after_retention,
+)
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.tiering.manifest import (
     Manifest,
@@ -107,7 +111,7 @@ class Offloader:
     def __init__(
         self,
         store: ObjectStore,
-        partitions: PartitionManager,
+        partitions: Iterable[LocalPartition],
         topic_config: Callable[[str], TopicConfig | None],
         executor: Executor,
         settings: TieringSettings,
@@ -201,7 +205,7 @@ class Offloader:
             self.status.backlog_bytes.pop(key, None)  # its new leader reports it
         return backlog
 
-    def _failed(self, partition: Partition, state: _PartitionState, error: Exception) -> None:
+    def _failed(self, partition: LocalPartition, state: _PartitionState, error: Exception) -> None:
         self.status.upload_failures += 1
         self.status.last_error = f"{partition}: {error}"
         if isinstance(error, KafkaError) and error.code == ErrorCode.FENCED_LEADER_EPOCH:
@@ -229,7 +233,7 @@ class Offloader:
         )
 
     async def _tier(
-        self, partition: Partition, config: TopicConfig, state: _PartitionState
+        self, partition: LocalPartition, config: TopicConfig, state: _PartitionState
     ) -> bool:
         """Upload what is due, then apply retention; True if segments are left to upload."""
         if state.manifest is None:
@@ -253,7 +257,7 @@ class Offloader:
         return left
 
     async def _upload_sealed(
-        self, partition: Partition, config: TopicConfig, state: _PartitionState
+        self, partition: LocalPartition, config: TopicConfig, state: _PartitionState
     ) -> bool:
         """Upload sealed segments in offset order, up to UPLOAD_BYTES_PER_ROUND_MAX of them
         (at least one), converting up to CONVERSIONS_AHEAD_MAX of the next ones meanwhile
@@ -345,7 +349,7 @@ class Offloader:
             )
 
     def _sealed_from(
-        self, partition: Partition, state: _PartitionState, offset: int, *, close: bool = False
+        self, partition: LocalPartition, state: _PartitionState, offset: int, *, close: bool = False
     ) -> SealedBatches | None:
         """The sealed segment holding `offset`, if it is wholly below the high watermark and
         this broker still leads at the epoch (its fd closed with `close`: only asking)."""
@@ -357,7 +361,7 @@ class Offloader:
         return batches
 
     async def _convert(
-        self, partition: Partition, started: RemoteSegment, batches: SealedBatches
+        self, partition: LocalPartition, started: RemoteSegment, batches: SealedBatches
     ) -> _Converted:
         work = tempfile.TemporaryDirectory(dir=self._settings.work_dir)
         path = Path(work.name) / "segment.parquet"
@@ -422,7 +426,7 @@ class Offloader:
 
     async def _upload(
         self,
-        partition: Partition,
+        partition: LocalPartition,
         state: _PartitionState,
         copy: _Copy,
         following: deque[_Copy],
@@ -456,7 +460,7 @@ class Offloader:
         )
         return manifest
 
-    def _update_backlog(self, partition: Partition, uploaded_end: int) -> None:
+    def _update_backlog(self, partition: LocalPartition, uploaded_end: int) -> None:
         """The bytes of sealed local segments not (known to be) uploaded."""
         waiting = sum(
             s.size_bytes
@@ -466,7 +470,7 @@ class Offloader:
         self.status.backlog_bytes[(partition.topic, partition.index)] = waiting
 
     async def _apply_total_retention(
-        self, partition: Partition, config: TopicConfig, state: _PartitionState
+        self, partition: LocalPartition, config: TopicConfig, state: _PartitionState
     ) -> Manifest:
         """`retention.ms` / `retention.bytes` over the whole log: the oldest remote segments
         past them go, the log start first (readers stop asking for them), then the objects,
@@ -503,7 +507,7 @@ class Offloader:
         return await self._move_log_start(partition, state, doomed[-1].next_offset, "retention")
 
     async def _move_log_start(
-        self, partition: Partition, state: _PartitionState, start: int, reason: str
+        self, partition: LocalPartition, state: _PartitionState, start: int, reason: str
     ) -> Manifest:
         """Move the whole log's start to `start`: the manifest's first (readers stop asking
         below it), then the objects wholly below it go, then their manifest entries; the local
@@ -545,7 +549,7 @@ class Offloader:
         return manifest
 
     def _apply_local_retention(
-        self, partition_log: PartitionLog, config: TopicConfig, manifest: Manifest
+        self, partition_log: LocalLog, config: TopicConfig, manifest: Manifest
     ) -> None:
         """Delete local segments that are uploaded and past local retention."""
         start = log_start_after_retention(
@@ -614,7 +618,7 @@ def _with_started(manifest: Manifest, copies: deque[_Copy]) -> Manifest:
 
 
 def _started_entry(
-    partition: Partition, state: _PartitionState, batches: SealedBatches
+    partition: LocalPartition, state: _PartitionState, batches: SealedBatches
 ) -> RemoteSegment:
     """The COPY_STARTED record of a segment about to be converted: its key and offsets; what
     only the object tells (its size, records, timestamps) stays 0 until COPY_FINISHED."""

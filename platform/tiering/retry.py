@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from riverbed.client.pool import backoff_ms
+from riverbed.common.backoff import backoff_ms
 
 log = logging.getLogger(__name__)
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
 from riverbed.configs import BrokerConfig, TopicConfig
-from riverbed.hot.partitions import Partition, PartitionManager
+from riverbed.hot.local_log import LocalPartition
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.tiering.background import background_executor
 from riverbed.tiering.chunk_cache import ChunkCache
@@ -44,7 +44,7 @@ class TieredStorage:
         self,
         config: BrokerConfig,
         data_dir: Path,
-        partitions: PartitionManager,
+        partitions: Iterable[LocalPartition],
         topic_config: Callable[[str], TopicConfig | None],
         now_ms: Callable[[], int],
     ) -> None:
@@ -163,7 +163,7 @@ class TieredStorage:
         config = self._topic_config(topic)
         return config is not None and config.remote_storage_enable
 
-    async def manifest(self, partition: Partition) -> Manifest:
+    async def manifest(self, partition: LocalPartition) -> Manifest:
         """The partition's manifest: the offloader's when it has one, else read (and kept for
         the current leader epoch). KafkaError(KAFKA_STORAGE_ERROR) if it cannot be read."""
         loaded = self.offloader.manifest_of(partition.topic, partition.index)
@@ -182,7 +182,7 @@ class TieredStorage:
             self._read_manifests[key] = manifest
         return manifest
 
-    def known_log_start_offset(self, partition: Partition) -> int:
+    def known_log_start_offset(self, partition: LocalPartition) -> int:
         """The first offset of the partition's whole log as far as a manifest already in
         memory tells (the local log start when none is): for what is informational, such as
         a fetch response's log_start_offset. Decisions use `log_start_offset`."""
@@ -192,7 +192,7 @@ class TieredStorage:
         )
         return _log_start_offset(partition, manifest)
 
-    async def log_start_offset(self, partition: Partition) -> int:
+    async def log_start_offset(self, partition: LocalPartition) -> int:
         """The first offset of the partition's whole log: the remote log start when tiered
         segments hold offsets below the local log start. Reads the manifest if the offloader
         has not loaded it yet (just after a restart or a leader change): the local log start
@@ -202,7 +202,7 @@ class TieredStorage:
             return 0  # nothing can be below: no need to ask the store (it may be down)
         return _log_start_offset(partition, await self.manifest(partition))
 
-    async def tiered_summary(self, partition: Partition) -> tuple[int, int]:
+    async def tiered_summary(self, partition: LocalPartition) -> tuple[int, int]:
         """(last offset in the remote tier or -1 when it holds none, bytes it holds) of a
         partition led here; KafkaError(KAFKA_STORAGE_ERROR) if the manifest cannot be read."""
         manifest = await self.manifest(partition)
@@ -210,7 +210,7 @@ class TieredStorage:
         last_offset = readable[-1].next_offset - 1 if readable else -1
         return last_offset, sum(s.size_bytes for s in readable)
 
-    async def move_log_start(self, partition: Partition, offset: int) -> None:
+    async def move_log_start(self, partition: LocalPartition, offset: int) -> None:
         """DeleteRecords on a partition led here: the remote tier's log start moves first, in
         the manifest (a commit fenced by the leader epoch: FENCED_LEADER_EPOCH if a newer leader
         wrote it), so the next leader finds it there; the offloader then deletes the objects
@@ -221,12 +221,12 @@ class TieredStorage:
             await metadata.commit(partition.leader_epoch, lambda m: m.with_log_start_offset(offset))
         self.offloader.wake()
 
-    def backlog_bytes(self, partition: Partition) -> int:
+    def backlog_bytes(self, partition: LocalPartition) -> int:
         """Sealed bytes of a partition led here not uploaded yet, as the offloader last saw;
         -1 before its first round over the partition."""
         return self.offloader.status.backlog_bytes.get((partition.topic, partition.index), -1)
 
-    async def read(self, partition: Partition, offset: int, max_bytes: int) -> bytes | None:
+    async def read(self, partition: LocalPartition, offset: int, max_bytes: int) -> bytes | None:
         """Whole batches from the remote tier starting with the one holding `offset` (at least
         one batch, about `max_bytes`); None when the remote tier does not hold `offset`.
 
@@ -249,7 +249,7 @@ class TieredStorage:
         return await self._read_local_start(partition, max_bytes)
 
     async def _read_object(
-        self, partition: Partition, segment: RemoteSegment, offset: int, max_bytes: int
+        self, partition: LocalPartition, segment: RemoteSegment, offset: int, max_bytes: int
     ) -> bytes:
         readers = self._readers
         assert readers is not None
@@ -264,7 +264,7 @@ class TieredStorage:
             )
         return batches
 
-    async def _read_local_start(self, partition: Partition, max_bytes: int) -> bytes:
+    async def _read_local_start(self, partition: LocalPartition, max_bytes: int) -> bytes:
         """The local log's first batches (what follows the remote tier), b"" if none is
         committed yet."""
         partition_log = partition.log
@@ -280,7 +280,7 @@ class TieredStorage:
             region.close()
 
     async def offset_for_timestamp(
-        self, partition: Partition, timestamp_ms: int
+        self, partition: LocalPartition, timestamp_ms: int
     ) -> tuple[int, int] | None:
         """(offset, timestamp) of the first remote record at or after `timestamp_ms`, or None
         when every remote record is older (the local log is searched next). Segments before
@@ -306,7 +306,7 @@ class TieredStorage:
         return None
 
 
-def _log_start_offset(partition: Partition, manifest: Manifest | None) -> int:
+def _log_start_offset(partition: LocalPartition, manifest: Manifest | None) -> int:
     local = partition.log.log_start_offset
     if manifest is None or not manifest.finished():
         return local
@@ -314,7 +314,7 @@ def _log_start_offset(partition: Partition, manifest: Manifest | None) -> int:
 
 
 @contextmanager
-def _storage_errors(partition: Partition) -> Iterator[None]:
+def _storage_errors(partition: LocalPartition) -> Iterator[None]:
     """A store that failed after its retries, or an object or manifest that cannot be read,
     as Kafka's KAFKA_STORAGE_ERROR (retriable: the client asks again), logged once here."""
     try:

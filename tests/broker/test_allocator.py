@@ -9,12 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from riverbed.allocator import keep_freed_blocks
+from riverbed.common.allocator import keep_freed_blocks
 
 # Four conversions of an 8 MB segment on a worker thread; the page faults of the last three.
 CONVERSIONS = r"""
 import resource, sys, threading
-from riverbed.allocator import keep_freed_blocks
+from riverbed.common.allocator import keep_freed_blocks
 from riverbed.protocol.records_codec import encode_batch
 from riverbed.tiering.parquet_codec import segment_to_parquet
 

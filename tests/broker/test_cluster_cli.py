@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Final
 
+from riverbed.cli.local_cluster import BROKER_STOP_TIMEOUT_S
 from riverbed.client.admin import Admin
 from riverbed.client.producer import Producer
-from riverbed.cluster import BROKER_STOP_TIMEOUT_S
 
 from tests.support.broker import HOST
 from tests.support.cluster import (

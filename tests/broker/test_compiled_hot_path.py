@@ -29,11 +29,11 @@ def hot_path_modules() -> list[str]:
 def test_setup_compiles_the_modules_every_produce_and_fetch_runs_through() -> None:
     names = hot_path_modules()
     for name in (
-        "riverbed.hot.server",
-        "riverbed.hot.handlers.produce",
-        "riverbed.hot.handlers.fetch",
-        "riverbed.hot.log",
-        "riverbed.hot.replica_fetcher",
+        "riverbed.broker.network.server",
+        "riverbed.broker.handlers.produce",
+        "riverbed.broker.handlers.fetch",
+        "riverbed.hot.storage.log",
+        "riverbed.hot.replication.replica_fetcher",
     ):
         assert name in names
 

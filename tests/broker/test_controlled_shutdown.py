@@ -9,14 +9,15 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 from riverbed import Admin
+from riverbed.broker.controlled_shutdown import request_controlled_shutdown
 from riverbed.client.admin import TopicDescription
 from riverbed.client.connection import BrokerConnection
+from riverbed.configs import CONFIG_RULES
 from riverbed.coordination.controller import Controller
 from riverbed.coordination.metadata import ClusterMetadataStore
 from riverbed.coordination.metadata_cache import MetadataCache, MetadataWatcher
 from riverbed.coordination.zk import AsyncZooKeeper
-from riverbed.hot.controlled_shutdown import request_controlled_shutdown
-from riverbed.hot.inter_broker import InterBrokerDialer
+from riverbed.hot.replication.inter_broker import InterBrokerDialer
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode
 
@@ -38,7 +39,7 @@ async def cluster_view(
         watcher = MetadataWatcher(zk, cache)
         await watcher.start()
         try:
-            yield ClusterMetadataStore(zk), cache
+            yield ClusterMetadataStore(zk, CONFIG_RULES), cache
         finally:
             await watcher.stop()
 

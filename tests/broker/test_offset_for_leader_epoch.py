@@ -11,9 +11,10 @@ from typing import Any
 from confluent_kafka import Consumer, Message, TopicPartition
 from riverbed import Admin, Producer
 from riverbed.client.connection import BrokerConnection
+from riverbed.configs import CONFIG_RULES
 from riverbed.coordination.metadata import ClusterMetadataStore
 from riverbed.coordination.zk import AsyncZooKeeper
-from riverbed.hot.leader_epoch import LEADER_EPOCH_CHECKPOINT
+from riverbed.hot.storage.leader_epoch import LEADER_EPOCH_CHECKPOINT
 from riverbed.protocol import messages as m
 from riverbed.protocol.connection import NEED_DATA, ClientConnection, ResponseReceived
 from riverbed.protocol.errors import ErrorCode
@@ -84,7 +85,7 @@ async def bump_leader_epoch(broker: BrokerProcess) -> int:
     """Write the partition state with the next leader epoch, as a controller would, and wait
     until the broker leads at it. Returns the new epoch."""
     async with AsyncZooKeeper(broker.zk_connect) as zk:
-        store = ClusterMetadataStore(zk)
+        store = ClusterMetadataStore(zk, CONFIG_RULES)
         state, version = await store.get_partition_state(TOPIC, 0)
         epoch = state.leader_epoch + 1
         new_state = type(state)(

@@ -35,7 +35,7 @@ def test_inherit_keeps_the_policy_the_broker_was_started_with(
 
 STARTED_UNDER_IDLE = r"""
 import os
-from riverbed.scheduling import apply_scheduling_policy
+from riverbed.common.scheduling import apply_scheduling_policy
 os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 print(apply_scheduling_policy("batch"), os.sched_getscheduler(0) == os.SCHED_IDLE)
 """

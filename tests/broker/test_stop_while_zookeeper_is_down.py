@@ -17,11 +17,11 @@ from typing import Final
 
 import pytest
 from riverbed import Consumer, Producer, TopicPartition
-from riverbed.client.admin import Admin
-from riverbed.hot.controlled_shutdown import (
+from riverbed.broker.controlled_shutdown import (
     CONTROLLED_SHUTDOWN_ATTEMPTS_MAX,
     CONTROLLED_SHUTDOWN_RETRY_BACKOFF_MS,
 )
+from riverbed.client.admin import Admin
 
 from tests.support.broker import BrokerFactory, BrokerProcess
 from tests.support.zookeeper import DedicatedZooKeeper, restart_proof_connect

@@ -1,4 +1,4 @@
-"""Structured logs (riverbed.log_events): the two formats line by line, and the events real
+"""Structured logs (riverbed.common.log_events): the two formats line by line, and the events real
 broker processes write when leaders, ISRs, segments and clients misbehave."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from riverbed import Admin, Producer
-from riverbed.log_events import JsonFormatter, KeyValueFormatter, event
+from riverbed.common.log_events import JsonFormatter, KeyValueFormatter, event
 
 from tests.support.cluster import ClusterFactory, TestCluster, partition_state
 

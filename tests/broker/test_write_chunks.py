@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from riverbed.hot.server import write_chunks
+from riverbed.broker.network.server import write_chunks
 from riverbed.protocol.regions import FileRegion
 
 

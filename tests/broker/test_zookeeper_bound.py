@@ -9,9 +9,9 @@ import time
 from typing import Final
 
 import pytest
+from riverbed.broker.handlers.zookeeper_bound import zookeeper_bound
 from riverbed.configs import BrokerConfig
 from riverbed.coordination.zk import AsyncZooKeeper, ConnectionState
-from riverbed.hot.handlers.zookeeper_bound import zookeeper_bound
 from riverbed.protocol.errors import ErrorCode, KafkaError
 
 from tests.support.stalls import StallMeter

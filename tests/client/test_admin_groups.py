@@ -14,10 +14,10 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from riverbed.broker.groups.offsets_topic import partition_for
 from riverbed.client.admin import Admin, GroupState, OffsetAndMetadata
 from riverbed.client.types import TopicPartition
 from riverbed.errors import CoordinatorError, GroupError, KafkaTimeoutError
-from riverbed.groups.offsets_topic import partition_for
 from riverbed.protocol.errors import ErrorCode
 
 from tests.support.broker import BrokerFactory, BrokerProcess

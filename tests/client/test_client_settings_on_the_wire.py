@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 from riverbed import Admin, Producer
-from riverbed.client.pool import BACKOFF_JITTER
+from riverbed.common.backoff import BACKOFF_JITTER
 from riverbed.errors import UnknownTopicOrPartitionError
 
 from tests.support.broker import BrokerFactory, BrokerProcess

@@ -6,11 +6,12 @@ import asyncio
 import uuid
 
 import pytest
-from riverbed.client.cluster import ClusterMetadata
+from riverbed.client.cluster_metadata import ClusterMetadata
 from riverbed.client.connection import ConnectionState
-from riverbed.client.pool import BrokerPool, backoff_ms
+from riverbed.client.pool import BrokerPool
 from riverbed.client.settings import AdminSettings
 from riverbed.client.types import TopicPartition
+from riverbed.common.backoff import backoff_ms
 from riverbed.errors import UnknownTopicOrPartitionError
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode

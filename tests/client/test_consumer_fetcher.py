@@ -8,7 +8,7 @@ import struct
 
 import crc32c
 import pytest
-from riverbed.client.fetcher import PartitionFetch
+from riverbed.client.fetched_records import PartitionFetch
 from riverbed.client.positions import (
     EARLIEST_TIMESTAMP,
     TRANSITIONS,

@@ -17,7 +17,7 @@ from riverbed.client.group.member import (
     MemberEvent,
     MemberState,
 )
-from riverbed.client.group.offsets import (
+from riverbed.client.group.offset_requests import (
     OffsetAndMetadata,
     commit_errors,
     commit_request,

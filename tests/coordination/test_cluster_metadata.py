@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import AsyncIterator
 
 import pytest
+from riverbed.configs import CONFIG_RULES
 from riverbed.coordination import layout
 from riverbed.coordination.controller_election import ControllerElection
 from riverbed.coordination.layout import BrokerRegistration, PartitionState, TopicAssignment
@@ -27,7 +28,7 @@ SESSION_TIMEOUT_MS = 3000
 async def open_store(connect: str) -> ClusterMetadataStore:
     zk = AsyncZooKeeper(connect, session_timeout_ms=SESSION_TIMEOUT_MS)
     await zk.start()
-    store = ClusterMetadataStore(zk)
+    store = ClusterMetadataStore(zk, CONFIG_RULES)
     await store.ensure_layout()
     return store
 

@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 
 import pytest
+from riverbed.broker.controlled_shutdown import request_controlled_shutdown
+from riverbed.configs import CONFIG_RULES
 from riverbed.coordination import layout
 from riverbed.coordination.controller import Controller
 from riverbed.coordination.controller_election import ControllerElection
@@ -21,8 +23,7 @@ from riverbed.coordination.layout import NO_LEADER, BrokerRegistration, Partitio
 from riverbed.coordination.metadata import ClusterMetadataStore
 from riverbed.coordination.metadata_cache import MetadataCache, MetadataChange, MetadataWatcher
 from riverbed.coordination.zk import AsyncZooKeeper, CreateOp, DeleteOp
-from riverbed.hot.controlled_shutdown import request_controlled_shutdown
-from riverbed.hot.inter_broker import InterBrokerDialer
+from riverbed.hot.replication.inter_broker import InterBrokerDialer
 from riverbed.protocol.errors import ErrorCode, KafkaError
 
 from tests.support.zookeeper import expire_session
@@ -41,7 +42,7 @@ def registration(broker_id: int, timestamp_ms: int = 1) -> BrokerRegistration:
 async def open_store(connect: str) -> ClusterMetadataStore:
     zk = AsyncZooKeeper(connect, session_timeout_ms=SESSION_TIMEOUT_MS)
     await zk.start()
-    store = ClusterMetadataStore(zk)
+    store = ClusterMetadataStore(zk, CONFIG_RULES)
     await store.ensure_layout()
     return store
 

@@ -21,9 +21,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
-from riverbed import cli
+from riverbed.cli import main as cli
+from riverbed.cli.env_config import setting_name
 from riverbed.configs import BrokerConfig
-from riverbed.env_config import setting_name
 from riverbed.tiering.stores import open_store
 
 from tests.support.broker import BrokerProcess
@@ -360,7 +360,7 @@ def test_dockerfile_entrypoint_is_the_broker_subcommand() -> None:
     entrypoint = broker_entrypoint()
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert entrypoint[0] in scripts, "the console script the wheel installs"
-    assert scripts[entrypoint[0]] == "riverbed.cli:main"
+    assert scripts[entrypoint[0]] == "riverbed.cli.main:main"
     args = cli._parser().parse_args(entrypoint[1:])
     assert args.command is cli._run_broker
 

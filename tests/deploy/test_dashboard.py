@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any, Final
 
-from riverbed.hot.metrics import BrokerMetrics
+from riverbed.broker.metrics import BrokerMetrics
 
 REPO: Final = Path(__file__).resolve().parents[2]
 DASHBOARD: Final = REPO / "deploy" / "grafana" / "riverbed-brokers.json"

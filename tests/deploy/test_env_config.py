@@ -1,4 +1,4 @@
-"""Broker settings from RIVERBED_* environment variables (riverbed.env_config), their place in
+"""Broker settings from RIVERBED_* environment variables (riverbed.cli.env_config), their place in
 the precedence order of `riverbed broker`, and a broker process configured by them alone."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
-from riverbed import cli
+from riverbed.cli import main as cli
+from riverbed.cli.env_config import NOT_SETTINGS, setting_name, settings_from_env
 from riverbed.client.admin import Admin
 from riverbed.configs import BROKER_CONFIGS, BrokerConfig, ConfigError
-from riverbed.env_config import NOT_SETTINGS, setting_name, settings_from_env
 
 from tests.support.broker import HOST, BrokerProcess
 

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+from riverbed.broker.groups.membership import GroupMembership
 from riverbed.configs import BrokerConfig
-from riverbed.groups.membership import GroupMembership
 from riverbed.protocol import messages as m
 from riverbed.protocol.data_messages import ConsumerProtocolSubscription, GroupMetadataValue
 from riverbed.protocol.errors import ErrorCode, KafkaError

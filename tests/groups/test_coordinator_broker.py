@@ -15,8 +15,8 @@ import aiokafka
 import kafka.admin
 import kafka.structs
 from riverbed import Admin
+from riverbed.broker.groups.offsets_topic import OFFSETS_TOPIC, partition_for
 from riverbed.client.connection import BrokerConnection
-from riverbed.groups.offsets_topic import OFFSETS_TOPIC, partition_for
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.record_types import TopicPartition

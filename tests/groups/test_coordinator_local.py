@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import Final
 
 import pytest
-from riverbed.configs import BrokerConfig
+from riverbed.broker.groups.coordinator import GroupCoordinator
+from riverbed.broker.groups.log_store import CommittedOffset
+from riverbed.broker.groups.offsets_topic import OFFSETS_TOPIC
+from riverbed.configs import CONFIG_RULES, BrokerConfig
 from riverbed.coordination.metadata import ClusterMetadataStore
 from riverbed.coordination.metadata_cache import MetadataCache, PartitionMetadata, TopicMetadata
 from riverbed.coordination.zk import AsyncZooKeeper
-from riverbed.groups.coordinator import GroupCoordinator
-from riverbed.groups.log_store import CommittedOffset
-from riverbed.groups.offsets_topic import OFFSETS_TOPIC
-from riverbed.hot.log import LogConfig
-from riverbed.hot.log_manager import LogManager
-from riverbed.hot.partitions import PartitionManager
+from riverbed.hot.replication.partitions import PartitionManager
+from riverbed.hot.storage.log import LogConfig
+from riverbed.hot.storage.log_manager import LogManager
 from riverbed.protocol import messages as m
 from riverbed.protocol.data_messages import ConsumerProtocolSubscription
 from riverbed.protocol.errors import ErrorCode, KafkaError
@@ -110,7 +110,7 @@ def node(tmp_path: Path, zk_connect: str) -> Iterator[Node]:
         cache.apply_topic(TopicMetadata(name, uuid.uuid4(), {0: state}, {}))
     logs = LogManager(tmp_path, LogConfig())
     # The store is only used to create __consumer_offsets, which exists here already.
-    store = ClusterMetadataStore(AsyncZooKeeper(zk_connect))
+    store = ClusterMetadataStore(AsyncZooKeeper(zk_connect), CONFIG_RULES)
     yield Node(PartitionManager(logs, BROKER_ID), cache, store, config)
     logs.close()
 

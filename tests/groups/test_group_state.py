@@ -1,5 +1,6 @@
-"""The classic group state machine (riverbed.groups.group) driven directly, with a fake clock:
-Kafka's GroupCoordinator rules for joins, syncs, heartbeats, leaves, commits and deadlines."""
+"""The classic group state machine (riverbed.broker.groups.group) driven directly, with a fake
+clock: Kafka's GroupCoordinator rules for joins, syncs, heartbeats, leaves, commits and
+deadlines."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import re
 from dataclasses import dataclass, field
 
 import pytest
-from riverbed.groups.group import EXPIRIES_PER_TIMER_MAX, Group
-from riverbed.groups.group_values import (
+from riverbed.broker.groups.group import EXPIRIES_PER_TIMER_MAX, Group
+from riverbed.broker.groups.group_values import (
     DEAD_GROUP,
     GroupLimits,
     GroupRecord,

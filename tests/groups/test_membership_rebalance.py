@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from riverbed.groups.group_values import GroupState
+from riverbed.broker.groups.group_values import GroupState
 from riverbed.protocol.errors import ErrorCode
 
 from tests.groups.membership_support import (

@@ -7,8 +7,8 @@ maps Integer.MIN_VALUE to 0), so a group lives in the same partition as on a Kaf
 from __future__ import annotations
 
 import pytest
+from riverbed.broker.groups.offsets_topic import offsets_topic_configs, partition_for
 from riverbed.configs import BrokerConfig
-from riverbed.groups.offsets_topic import offsets_topic_configs, partition_for
 from riverbed.protocol.java_hash import java_string_hash
 
 

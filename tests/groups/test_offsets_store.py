@@ -12,14 +12,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from riverbed.broker.groups import log_store
+from riverbed.broker.groups.log_store import CommittedOffset, Entry
+from riverbed.broker.groups.offset_store import ExpiryBase, OffsetStore
+from riverbed.broker.groups.offsets_topic import OFFSETS_TOPIC
 from riverbed.coordination.metadata_cache import MetadataCache, PartitionMetadata, TopicMetadata
-from riverbed.groups import log_store
-from riverbed.groups.log_store import CommittedOffset, Entry
-from riverbed.groups.offsets import ExpiryBase, OffsetStore
-from riverbed.groups.offsets_topic import OFFSETS_TOPIC
-from riverbed.hot.log import LogConfig
-from riverbed.hot.log_manager import LogManager
-from riverbed.hot.partitions import Partition, PartitionManager
+from riverbed.hot.replication.partitions import Partition, PartitionManager
+from riverbed.hot.storage.log import LogConfig
+from riverbed.hot.storage.log_manager import LogManager
 from riverbed.protocol.data_messages import GroupMetadataValue
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.record_types import TopicPartition

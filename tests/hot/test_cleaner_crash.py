@@ -1,7 +1,7 @@
 """Crash safety of the cleaner's segment swap: a crash at any step of a pass leaves a log that,
 once opened again, reads exactly as before the pass or exactly as after it.
 
-In-process: every file-system step of the swap (riverbed.hot.cleaner_swap) in turn raises a
+In-process: every file-system step of the swap (riverbed.hot.storage.cleaner_swap) in turn raises a
 `Crash` that nothing catches, the log object is abandoned without closing, and the directory is
 opened afresh (with recovery, as after an unclean shutdown). Then one real crash: a child
 process SIGKILLs itself right after the swap marker is written."""
@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from riverbed.hot import cleaner_swap
-from riverbed.hot.cleaner import clean_log
+from riverbed.hot.storage import cleaner_swap
+from riverbed.hot.storage.cleaner import clean_log
 from riverbed.protocol.compression import CompressionType
 
 from tests.hot.test_compaction import (
@@ -123,8 +123,8 @@ def test_a_crash_at_any_step_of_the_swap_leaves_the_log_before_or_after_the_pass
 CHILD = """
 import os, signal, sys
 from pathlib import Path
-from riverbed.hot import cleaner_swap
-from riverbed.hot.cleaner import clean_log
+from riverbed.hot.storage import cleaner_swap
+from riverbed.hot.storage.cleaner import clean_log
 from tests.hot.test_compaction import NOW_MS, UNLIMITED, compacted, open_log
 
 real_write = cleaner_swap.write_atomically

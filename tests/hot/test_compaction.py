@@ -1,4 +1,4 @@
-"""Compaction on the hot tier: the batch rule (riverbed.hot.compaction), the cleanable range
+"""Compaction on the hot tier: the batch rule (riverbed.hot.storage.compaction), the cleanable range
 (plan_cleaning), and whole passes of the cleaner over real PartitionLogs on disk, checked by
 hypothesis against a model: for any sequence of keyed writes and tombstones, the compacted log
 keeps exactly the latest record of each key (minus tombstones past delete.retention.ms), with
@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from riverbed.configs import BrokerConfig, TopicConfig, topic_config
-from riverbed.hot.cleaner import CleanerSettings, clean_log, plan_cleaning
-from riverbed.hot.cleaner_swap import load_first_dirty_offset
-from riverbed.hot.compaction import OffsetMap, thin_batch
-from riverbed.hot.log import LogConfig, PartitionLog, SegmentStats
+from riverbed.hot.storage.cleaner import CleanerSettings, clean_log, plan_cleaning
+from riverbed.hot.storage.cleaner_swap import load_first_dirty_offset
+from riverbed.hot.storage.compaction import OffsetMap, thin_batch
+from riverbed.hot.storage.log import LogConfig, PartitionLog, SegmentStats
 from riverbed.protocol.compression import CompressionType
 from riverbed.protocol.records import (
     Record,
@@ -407,9 +407,7 @@ def test_a_truncation_below_the_cleaned_part_makes_the_rewritten_offsets_dirty_a
 async def test_the_broker_cleaner_leaves_a_log_with_a_corrupt_batch_alone_and_cleans_the_rest(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from riverbed.hot.cleaner import LogCleaner
-    from riverbed.hot.partitions import Partition
-    from riverbed.hot.producer_state import ProducerStateManager
+    from riverbed.hot.storage.cleaner import LogCleaner
 
     logs = {}
     for name in ("damaged", "healthy"):
@@ -423,15 +421,14 @@ async def test_the_broker_cleaner_leaves_a_log_with_a_corrupt_batch_alone_and_cl
     data[-5] ^= 0xFF
     first.write_bytes(bytes(data))
     before = (first.stat().st_size, sorted(p.name for p in (tmp_path / "damaged-0").iterdir()))
-    partitions = [
-        Partition(name, 0, log, ProducerStateManager(), broker_id=1) for name, log in logs.items()
-    ]
     cleaner = LogCleaner(UNLIMITED, lambda: NOW_MS)
     config = compacted(**{"min.cleanable.dirty.ratio": "0.01"})
 
     results = []
     for _ in range(3):
-        results.append(await cleaner.clean_filthiest(partitions, lambda _: config, lambda _: False))
+        results.append(
+            await cleaner.clean_filthiest(logs.items(), lambda _: config, lambda _: False)
+        )
     assert "damaged-0" in caplog.text and "cannot be cleaned" in caplog.text
     assert (
         first.stat().st_size,

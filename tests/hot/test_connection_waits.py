@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from riverbed.hot.connection_waits import IdleClock
+from riverbed.broker.network.connection_waits import IdleClock
 
 from tests.support.virtual_time import virtual_time
 

@@ -6,10 +6,10 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from riverbed.hot.followers import UNKNOWN_OFFSET, FollowerTracker
-from riverbed.hot.log import LogConfig, PartitionLog
-from riverbed.hot.partitions import CommitWaiters, Partition
-from riverbed.hot.producer_state import ProducerStateManager
+from riverbed.hot.replication.followers import UNKNOWN_OFFSET, FollowerTracker
+from riverbed.hot.replication.partitions import CommitWaiters, Partition
+from riverbed.hot.storage.log import LogConfig, PartitionLog
+from riverbed.hot.storage.producer_state import ProducerStateManager
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.records import encode_batch, validate_records
 

@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from riverbed.hot.index import INDEX_ROWS_UNWRITTEN_MAX, OffsetIndex, TimeIndex
-from riverbed.hot.log import LogConfig, PartitionLog
+from riverbed.hot.storage.index import INDEX_ROWS_UNWRITTEN_MAX, OffsetIndex, TimeIndex
+from riverbed.hot.storage.log import LogConfig, PartitionLog
 from riverbed.protocol.records import encode_batch, validate_records
 
 ROW_BYTES = OffsetIndex.ROW.size

@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from riverbed.hot.checkpoint import CheckpointError
-from riverbed.hot.leader_epoch import (
+from riverbed.hot.storage.checkpoint import CheckpointError
+from riverbed.hot.storage.leader_epoch import (
     UNDEFINED_EPOCH,
     UNDEFINED_EPOCH_OFFSET,
     EpochEntry,
@@ -75,7 +75,7 @@ def test_assign_adds_newer_epochs_only(
     cache: LeaderEpochCache, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     cache.assign(6, 30)  # the latest epoch again: no-op, it keeps its start
-    with caplog.at_level(logging.WARNING, logger="riverbed.hot.leader_epoch"):
+    with caplog.at_level(logging.WARNING, logger="riverbed.hot.storage.leader_epoch"):
         cache.assign(4, 35)  # older than the latest: ignored, with a warning
     assert "ignoring epoch 4 at offset 35" in caplog.text
     cache.assign(8, 30)
@@ -88,7 +88,7 @@ def test_an_epoch_that_wrote_nothing_is_replaced_by_the_next(
     cache: LeaderEpochCache, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     cache.assign(7, LOG_END_OFFSET)
-    with caplog.at_level(logging.WARNING, logger="riverbed.hot.leader_epoch"):
+    with caplog.at_level(logging.WARNING, logger="riverbed.hot.storage.leader_epoch"):
         cache.assign(9, LOG_END_OFFSET)
     assert caplog.text == "", "the expected case: no warning"
     assert cache.entries()[-2:] == (EpochEntry(6, 25), EpochEntry(9, LOG_END_OFFSET))
@@ -100,7 +100,7 @@ def test_a_newer_epoch_starting_earlier_replaces_the_entries_it_overlaps(
 ) -> None:
     """Kafka's rule: epoch 6's entry at 25 is stale (say its append failed at the disk) once
     epoch 7 starts at 20, below it."""
-    with caplog.at_level(logging.WARNING, logger="riverbed.hot.leader_epoch"):
+    with caplog.at_level(logging.WARNING, logger="riverbed.hot.storage.leader_epoch"):
         cache.assign(7, 20)
     assert "epoch 7 at offset 20 replaces [EpochEntry(epoch=6, start_offset=25)]" in caplog.text
     assert cache.entries() == (EpochEntry(1, 0), EpochEntry(3, 10), EpochEntry(7, 20))

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from riverbed.hot.log import AppendResult, LogConfig, PartitionLog
+from riverbed.hot.storage.log import AppendResult, LogConfig, PartitionLog
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.records import (
     TIMESTAMP_TYPE_LOG_APPEND_TIME,

@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 
 import pytest
-from riverbed.hot.index import RELATIVE_OFFSET_MAX
-from riverbed.hot.leader_epoch import EpochEntry, leader_epoch_checkpoint_path
-from riverbed.hot.log import AppendResult, LogConfig, OffsetOutOfOrderError, PartitionLog
-from riverbed.hot.producer_state import (
+from riverbed.hot.storage.index import RELATIVE_OFFSET_MAX
+from riverbed.hot.storage.leader_epoch import EpochEntry, leader_epoch_checkpoint_path
+from riverbed.hot.storage.log import AppendResult, LogConfig, OffsetOutOfOrderError, PartitionLog
+from riverbed.hot.storage.producer_state import (
     DuplicateBatch,
     ProducerStateManager,
     delete_snapshots_above,
@@ -263,7 +263,7 @@ def test_a_lost_checkpoint_is_rebuilt_from_the_batch_headers(
         path.unlink()
     else:
         path.write_text("0\n4\n0 0\n")
-    with caplog.at_level(logging.WARNING, logger="riverbed.hot.log"):
+    with caplog.at_level(logging.WARNING, logger="riverbed.hot.storage.log"):
         reopened = open_log(tmp_path, recovery_point=end_offset)
     assert "rebuilding the leader epoch cache" in caplog.text
     assert reopened.recovered_segments == 0, "headers were read, nothing was recovered"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from riverbed.hot.log import LOG_START_FILE, LogConfig, PartitionLog
+from riverbed.hot.storage.log import LOG_START_FILE, LogConfig, PartitionLog
 from riverbed.protocol.errors import ErrorCode, KafkaError
 
 from tests.hot.test_log import append, batch, open_log, read_records

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from riverbed.hot.log import PartitionLog, SealedBatches
-from riverbed.hot.segment import DELETED_SUFFIX, SEGMENT_SUFFIXES
+from riverbed.hot.storage.log import PartitionLog, SealedBatches
+from riverbed.hot.storage.segment import DELETED_SUFFIX, SEGMENT_SUFFIXES
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.records import decode_batch, iter_batch_headers
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
-from riverbed.hot.metrics import CONSUMER, FOLLOWER, BrokerMetrics, Timing
+from riverbed.broker.metrics import CONSUMER, FOLLOWER, BrokerMetrics, Timing
 
 
 def samples(metrics: BrokerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

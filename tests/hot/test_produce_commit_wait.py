@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from riverbed.hot.handlers.produce import _Pending, when_committed
-from riverbed.hot.log import LogConfig, PartitionLog
-from riverbed.hot.partitions import Partition
-from riverbed.hot.producer_state import ProducerStateManager
+from riverbed.broker.handlers.produce import _Pending, when_committed
+from riverbed.hot.replication.partitions import Partition
+from riverbed.hot.storage.log import LogConfig, PartitionLog
+from riverbed.hot.storage.producer_state import ProducerStateManager
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.messages import ProduceResponse
 

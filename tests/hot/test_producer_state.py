@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from riverbed.hot.log import LogConfig, PartitionLog
-from riverbed.hot.producer_state import (
+from riverbed.hot.storage.log import LogConfig, PartitionLog
+from riverbed.hot.storage.producer_state import (
     BATCHES_RETAINED_MAX,
     SEQUENCE_MAX,
     SNAPSHOTS_KEPT_MAX,

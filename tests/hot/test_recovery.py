@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from riverbed.hot.checkpoint import CheckpointError, read_offset_checkpoint
-from riverbed.hot.log import LogConfig, PartitionLog
-from riverbed.hot.log_manager import (
+from riverbed.hot.storage.checkpoint import CheckpointError, read_offset_checkpoint
+from riverbed.hot.storage.log import LogConfig, PartitionLog
+from riverbed.hot.storage.log_manager import (
     CLEAN_SHUTDOWN_FILE,
     HIGH_WATERMARK_CHECKPOINT_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,

@@ -1,4 +1,4 @@
-"""The follower replication throttle's bookkeeping (riverbed.hot.replication_quota), with the
+"""The follower replication throttle's bookkeeping (riverbed.hot.replication.quota), with the
 real metadata cache holding the configs and a clock the test moves."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 
 from riverbed.coordination.metadata_cache import MetadataCache, PartitionMetadata, TopicMetadata
-from riverbed.hot.replication_quota import ReplicationQuota
+from riverbed.hot.replication.quota import ReplicationQuota
 
 BROKER_ID = 2
 

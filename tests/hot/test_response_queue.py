@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from riverbed.hot.connection_waits import IdleClock
-from riverbed.hot.response_queue import Deferred, Response, ResponseQueue
+from riverbed.broker.network.connection_waits import IdleClock
+from riverbed.broker.network.response_queue import Deferred, Response, ResponseQueue
 from riverbed.protocol.regions import FileRegion
 
 

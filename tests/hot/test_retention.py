@@ -17,8 +17,8 @@ from riverbed.client.consumer import Consumer
 from riverbed.client.producer import Producer
 from riverbed.client.types import TopicPartition
 from riverbed.errors import OffsetOutOfRangeError
-from riverbed.hot.log import SegmentStats
-from riverbed.hot.retention import UNLIMITED, log_start_after_retention
+from riverbed.hot.storage.log import SegmentStats
+from riverbed.hot.storage.retention import UNLIMITED, log_start_after_retention
 
 from tests.support.broker import BrokerFactory, BrokerProcess
 from tests.support.cluster import ClusterFactory, partition_state, wait_for

@@ -16,7 +16,7 @@ import textwrap
 import tracemalloc
 
 import pytest
-from riverbed.client.fetcher import PartitionFetch
+from riverbed.client.fetched_records import PartitionFetch
 from riverbed.client.types import TopicPartition
 from riverbed.protocol.compression import (
     DECOMPRESSED_BYTES_MAX,

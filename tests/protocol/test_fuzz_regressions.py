@@ -7,9 +7,9 @@ import base64
 import struct
 
 import pytest
-from riverbed.client.fetcher import PartitionFetch
+from riverbed.client.fetched_records import PartitionFetch
 from riverbed.client.types import TopicPartition
-from riverbed.hot.compaction import batch_keys
+from riverbed.hot.storage.compaction import batch_keys
 from riverbed.protocol.compression import CompressionType
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.records import (

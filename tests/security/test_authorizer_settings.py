@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from riverbed.cli.env_config import settings_from_env
 from riverbed.configs import ACL_AUTHORIZER_CLASS_NAMES, BrokerConfig, ConfigError
-from riverbed.env_config import settings_from_env
 from riverbed.security.authorizer import AuthorizerSettings
 
 ZK = {"zookeeper.connect": "127.0.0.1:2181"}
@@ -13,7 +13,7 @@ ZK = {"zookeeper.connect": "127.0.0.1:2181"}
 def test_off_by_default() -> None:
     config = BrokerConfig.from_mapping(ZK)
     assert not config.authorizer_enabled
-    assert AuthorizerSettings.from_config(config) == AuthorizerSettings(frozenset(), False)
+    assert config.authorizer_settings == AuthorizerSettings(frozenset(), False)
 
 
 @pytest.mark.parametrize("name", ACL_AUTHORIZER_CLASS_NAMES)
@@ -27,7 +27,7 @@ def test_kafkas_class_names_turn_it_on(name: str) -> None:
         }
     )
     assert config.authorizer_enabled
-    assert AuthorizerSettings.from_config(config) == AuthorizerSettings(
+    assert config.authorizer_settings == AuthorizerSettings(
         frozenset({"User:admin", "User:broker"}), True
     )
 

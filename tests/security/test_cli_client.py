@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from riverbed.cli_client import command_config
+from riverbed.cli.connect import command_config
 
 
 def test_kafka_and_librdkafka_names_map_to_riverbed_settings(tmp_path: Path) -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from riverbed.cli.env_config import settings_from_env
 from riverbed.configs import BROKER_CONFIGS, BrokerConfig, ConfigError, ConfigType
-from riverbed.env_config import settings_from_env
 from riverbed.security.credentials import CredentialCache
 from riverbed.security.sasl_server import SUPPORTED_MECHANISMS, SaslServerAuthenticator
 

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Final, Protocol, TypeVar
 
 import pytest
+from riverbed.cli.local_cluster import metadata_broker_ids
 from riverbed.client.admin import Admin, PartitionDescription, TopicDescription
-from riverbed.cluster import metadata_broker_ids
 from riverbed.errors import (
     BrokerNotAvailableError,
     KafkaTimeoutError,

@@ -17,10 +17,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 from riverbed.configs import BrokerConfig, TopicConfig, topic_config
-from riverbed.hot.cleaner import CleanerSettings, clean_log
-from riverbed.hot.log import LogConfig, PartitionLog
-from riverbed.hot.partitions import Partition
-from riverbed.hot.producer_state import ProducerStateManager
+from riverbed.hot.replication.partitions import Partition
+from riverbed.hot.storage.cleaner import CleanerSettings, clean_log
+from riverbed.hot.storage.log import LogConfig, PartitionLog
+from riverbed.hot.storage.producer_state import ProducerStateManager
 from riverbed.protocol.compression import CompressionType
 from riverbed.protocol.records import (
     Record,

@@ -13,8 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from riverbed.configs import BrokerConfig, topic_config
-from riverbed.hot.compaction import MAP_ENTRY_OVERHEAD_BYTES
+from riverbed.configs import MAP_ENTRY_OVERHEAD_BYTES, BrokerConfig, topic_config
 from riverbed.protocol.compression import CompressionType
 from riverbed.protocol.records import (
     batch_crc_ok,

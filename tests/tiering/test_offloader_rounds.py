@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from riverbed.hot.log import SegmentStats
+from riverbed.hot.storage.log import SegmentStats
 from riverbed.protocol.compression import CompressionType
 from riverbed.tiering.store import ObjectStoreError
 

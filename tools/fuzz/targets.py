@@ -28,8 +28,8 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 import crc32c
-from riverbed.client.fetcher import ALL_OFFSETS, PartitionFetch, _decode_batch
-from riverbed.hot.compaction import batch_keys
+from riverbed.client.fetched_records import ALL_OFFSETS, PartitionFetch, _decode_batch
+from riverbed.hot.storage.compaction import batch_keys
 from riverbed.protocol.codec import (
     api_specs,
     decode_request_body,

@@ -37,10 +37,11 @@ from riverbed.client.group.consumer_protocol import (
     encode_assignment,
     encode_subscription,
 )
-from riverbed.client.group.coordinator import COORDINATOR_MOVED_CODES, CoordinatorLink
+from riverbed.client.group.coordinator_link import COORDINATOR_MOVED_CODES, CoordinatorLink
 from riverbed.client.group.member import Generation, GroupMember, MemberState
-from riverbed.client.pool import BrokerPool, backoff_ms
+from riverbed.client.pool import BrokerPool
 from riverbed.client.settings import ConsumerSettings
+from riverbed.common.backoff import backoff_ms
 from riverbed.errors import RetriableError, error_for
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode

@@ -1,0 +1,205 @@
+"""CreateTopics and DeleteTopics, served by the controller like Kafka's admin clients expect.
+
+Topic changes are conditional writes in ZooKeeper (a topic's znodes are created or removed in one
+transaction); the answer waits, up to the request's `timeout_ms`, until this broker has applied
+the change, so a client that creates a topic and produces right away finds it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from contextlib import AbstractAsyncContextManager
+
+from riverbed.broker.handlers.context import BrokerContext
+from riverbed.broker.handlers.zookeeper_bound import zookeeper_bound
+from riverbed.configs import ConfigError, validate_topic_configs
+from riverbed.protocol import messages as m
+from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.security.access import Access
+from riverbed.security.acl import AclOperation, ResourceType
+
+CreatableTopicResult = m.CreateTopicsResponse.CreatableTopicResult
+DeletableTopicResult = m.DeleteTopicsResponse.DeletableTopicResult
+ZERO_UUID = uuid.UUID(int=0)
+# Bounds the wait of a request that asks for no timeout at all.
+ADMIN_TIMEOUT_MS_MAX = 120_000
+
+
+async def handle_create_topics(
+    ctx: BrokerContext, request: m.CreateTopicsRequest, access: Access
+) -> m.CreateTopicsResponse:
+    """Needs CREATE on the cluster, or on each topic (TOPIC_AUTHORIZATION_FAILED); topics the
+    principal may not DESCRIBE_CONFIGS also get that code as their topic config error (v5+),
+    as in Kafka. Checked on the controller only, after NOT_CONTROLLER."""
+    started_s = asyncio.get_running_loop().time()
+    results = []
+    created = []
+    denied, config_denied = _create_refusals(ctx, request, access)
+    for topic in request.topics:
+        result = CreatableTopicResult(name=topic.name, error_message=None)
+        results.append(result)
+        try:
+            _check_controller(ctx)
+            if topic.name in denied:
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+            if topic.name in config_denied:
+                result.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            async with _topic_write(ctx, f"creating topic {topic.name!r}", request, started_s):
+                topic_id = await _create_topic(ctx, topic, validate_only=request.validate_only)
+        except KafkaError as error:
+            result.error_code = error.code
+            result.error_message = error.message or None
+            continue
+        result.topic_id = topic_id
+        result.num_partitions = _partitions(ctx, topic)
+        result.replication_factor = _replication_factor(ctx, topic)
+        if not request.validate_only:
+            created.append(topic.name)
+    if created:
+        await ctx.wait_until(
+            lambda: all(ctx.topic_applied(name) for name in created), _timeout_s(request.timeout_ms)
+        )
+    return m.CreateTopicsResponse(topics=results)
+
+
+def _create_refusals(
+    ctx: BrokerContext, request: m.CreateTopicsRequest, access: Access
+) -> tuple[frozenset[str], frozenset[str]]:
+    """(topics the principal may not create, topics whose configs it may not describe)."""
+    if not access.enabled or ctx.cache.controller_id != ctx.broker_id:
+        return frozenset(), frozenset()
+    names = [topic.name for topic in request.topics]
+    denied = (
+        frozenset()
+        if access.allows_cluster(AclOperation.CREATE, log_denied=False)
+        else access.denied(AclOperation.CREATE, ResourceType.TOPIC, names)
+    )
+    config_denied = access.denied(
+        AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, names, log_denied=False
+    )
+    return denied, config_denied
+
+
+async def _create_topic(
+    ctx: BrokerContext, topic: m.CreateTopicsRequest.CreatableTopic, *, validate_only: bool
+) -> uuid.UUID:
+    if topic.assignments:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST, "manual replica assignments are not supported yet"
+        )
+    configs = {c.name: c.value for c in topic.configs if c.value is not None}
+    try:
+        validated = validate_topic_configs(configs)
+    except ConfigError as error:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, str(error)) from error
+    live = sorted(ctx.cache.brokers())
+    num_partitions = _partitions(ctx, topic)
+    replication_factor = _replication_factor(ctx, topic)
+    if validate_only:
+        ctx.store.check_new_topic(
+            name=topic.name,
+            num_partitions=num_partitions,
+            replication_factor=replication_factor,
+            live_broker_ids=live,
+        )
+        if ctx.cache.topic(topic.name) is not None:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists")
+        return ZERO_UUID
+    return await ctx.store.create_topic(
+        topic.name,
+        num_partitions=num_partitions,
+        replication_factor=replication_factor,
+        configs=validated,
+        live_broker_ids=live,
+    )
+
+
+def _partitions(ctx: BrokerContext, topic: m.CreateTopicsRequest.CreatableTopic) -> int:
+    return topic.num_partitions if topic.num_partitions != -1 else ctx.config.num_partitions
+
+
+def _replication_factor(ctx: BrokerContext, topic: m.CreateTopicsRequest.CreatableTopic) -> int:
+    if topic.replication_factor != -1:
+        return topic.replication_factor
+    return ctx.config.default_replication_factor
+
+
+async def handle_delete_topics(
+    ctx: BrokerContext, request: m.DeleteTopicsRequest, version: int, access: Access
+) -> m.DeleteTopicsResponse:
+    """Needs DELETE on each topic (TOPIC_AUTHORIZATION_FAILED, checked before whether the topic
+    exists, as in Kafka); a topic named by id whose name the principal may not DESCRIBE is
+    answered without its name."""
+    wanted: list[tuple[str | None, uuid.UUID]] = (
+        [(t.name, t.topic_id) for t in request.topics]
+        if version >= 6
+        else [(name, ZERO_UUID) for name in request.topic_names]
+    )
+    started_s = asyncio.get_running_loop().time()
+    results = []
+    deleted = []
+    for name, topic_id in wanted:
+        result = DeletableTopicResult(name=name, topic_id=topic_id)
+        results.append(result)
+        try:
+            _check_controller(ctx)
+            metadata = (
+                ctx.cache.topic(name) if name is not None else ctx.cache.topic_by_id(topic_id)
+            )
+            _check_delete_allowed(access, result, name if metadata is None else metadata.name)
+            if metadata is None:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if name else ErrorCode.UNKNOWN_TOPIC_ID
+                raise KafkaError(code, f"unknown topic {name or topic_id}")
+            result.name, result.topic_id = metadata.name, metadata.topic_id
+            async with _topic_write(ctx, f"deleting topic {metadata.name!r}", request, started_s):
+                await ctx.store.delete_topic(metadata.name)
+        except KafkaError as error:
+            result.error_code = error.code
+            result.error_message = error.message or None
+            continue
+        deleted.append(metadata.name)
+    if deleted:
+        await ctx.wait_until(
+            lambda: not any(ctx.partitions.hosts_topic(n) for n in deleted),
+            _timeout_s(request.timeout_ms),
+        )
+    return m.DeleteTopicsResponse(responses=results)
+
+
+def _check_delete_allowed(access: Access, result: DeletableTopicResult, name: str | None) -> None:
+    if name is None or not access.enabled:
+        return  # an unknown topic id: UNKNOWN_TOPIC_ID follows
+    by_id = result.name is None
+    if by_id and not access.allows(AclOperation.DESCRIBE, ResourceType.TOPIC, name):
+        raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
+    if not access.allows(AclOperation.DELETE, ResourceType.TOPIC, name):
+        result.name = name  # it may DESCRIBE the topic: its name is no secret
+        raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
+
+
+def _topic_write(
+    ctx: BrokerContext,
+    what: str,
+    request: m.CreateTopicsRequest | m.DeleteTopicsRequest,
+    started_s: float,
+) -> AbstractAsyncContextManager[None]:
+    """The controller's ZooKeeper write for one topic of `request`: all of them together within
+    its timeout_ms, counted from `started_s`; a lost session answers NOT_CONTROLLER (this broker
+    may no longer be the controller: the client looks for it again)."""
+    return zookeeper_bound(
+        ctx.config,
+        what,
+        timeout_ms=request.timeout_ms,
+        started_s=started_s,
+        lost=ErrorCode.NOT_CONTROLLER,
+    )
+
+
+def _check_controller(ctx: BrokerContext) -> None:
+    if ctx.cache.controller_id != ctx.broker_id:
+        raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {ctx.broker_id} is not the controller")
+
+
+def _timeout_s(timeout_ms: int) -> float:
+    return min(max(timeout_ms, 0), ADMIN_TIMEOUT_MS_MAX) / 1000

@@ -1,0 +1,1 @@
+"""The broker's sockets: the asyncio server, answers written in request order, idle timers."""

@@ -1,0 +1,5 @@
+"""`python -m riverbed.cli`: the same as the `riverbed` command."""
+
+from riverbed.cli.main import main
+
+main()

@@ -1,0 +1,246 @@
+"""The broker's data directory: the partition logs in it, its lock, marker and checkpoints.
+
+Layout of a data directory:
+
+    .lock                              flock()ed while a broker uses the directory
+    .clean_shutdown                    written last by a clean close, removed at startup
+    recovery-point-offset-checkpoint   per partition: offsets below it are on disk
+    replication-offset-checkpoint      per partition: the high watermark
+    orders-0/                          one directory per partition: <topic>-<partition>
+    orders-1.3f2a...-delete/           a deleted partition whose removal a crash interrupted
+
+At startup the recovery-point checkpoint says where each log's unflushed tail begins, so only
+that tail is re-scanned. After a clean shutdown (marker present) every log was flushed before
+the checkpoint was written, so nothing is scanned; after a crash the checkpoint is still a safe
+lower bound, since a recovery point is only checkpointed once the data below it is fsynced.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from riverbed.common.fileio import fsync_dir, write_atomically
+from riverbed.hot.storage.checkpoint import (
+    TopicPartition,
+    read_offset_checkpoint,
+    write_offset_checkpoint,
+)
+from riverbed.hot.storage.log import DELETED_DIR_SUFFIX, LogConfig, PartitionLog
+
+log = logging.getLogger(__name__)
+
+LOCK_FILE = ".lock"
+CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
+HIGH_WATERMARK_CHECKPOINT_FILE = "replication-offset-checkpoint"
+# One thread fsyncs sealed segments for every log: syncs finish in roll order, and appends on
+# the owner thread never wait for a whole segment to reach the disk.
+FLUSH_THREADS = 1
+# Kafka's topic name rule; the name becomes a directory name, so it is enforced here too.
+TOPIC_NAME_LENGTH_MAX = 249
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+class DataDirLockedError(Exception):
+    """Another process (a second broker) holds the data directory's lock."""
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    if (
+        not _TOPIC_NAME.fullmatch(topic)
+        or topic in (".", "..")
+        or len(topic) > TOPIC_NAME_LENGTH_MAX
+        or partition < 0
+    ):
+        raise ValueError(f"invalid topic partition {topic!r} {partition}")
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir(name: str) -> TopicPartition | None:
+    """(topic, partition) from `<topic>-<partition>`, split on the LAST '-' (topic names may
+    hold '-'); None for anything else."""
+    topic, _, partition = name.rpartition("-")
+    if not topic or not partition.isdigit():
+        return None
+    return topic, int(partition)
+
+
+class LogManager:
+    """Owns every partition log of one data directory.
+
+    Methods run on the owner thread, except `checkpoint*` which may run on a worker thread
+    while the owner appends (they only read offsets).
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        default_config: LogConfig,
+        *,
+        now_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self._data_dir = data_dir
+        self._default_config = default_config
+        self._now_ms = now_ms
+        self._logs: dict[TopicPartition, PartitionLog] = {}
+        self._closed = False
+        # Checkpoints may be written from a worker thread and from close(): one at a time.
+        self._checkpoint_lock = threading.Lock()
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = _lock(data_dir)
+        self._flush_executor = ThreadPoolExecutor(FLUSH_THREADS, thread_name_prefix="log-flush")
+        try:
+            self.had_clean_shutdown = self._load_logs()
+        except BaseException:
+            self._flush_executor.shutdown()
+            os.close(self._lock_fd)
+            raise
+
+    def _load_logs(self) -> bool:
+        marker = self._data_dir / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        if clean:
+            # From now on a crash must not look like a clean shutdown.
+            marker.unlink()
+            fsync_dir(self._data_dir)
+        recovery_points = read_offset_checkpoint(self._data_dir / RECOVERY_POINT_CHECKPOINT_FILE)
+        high_watermarks = read_offset_checkpoint(self._data_dir / HIGH_WATERMARK_CHECKPOINT_FILE)
+        if clean:
+            how = "after a clean shutdown"
+        elif not recovery_points and not any(p.is_dir() for p in self._data_dir.iterdir()):
+            how = "(a new data dir)"
+        else:
+            how = "after an unclean shutdown: recovering from the recovery points"
+        log.info("loading logs in %s %s", self._data_dir, how)
+        for child in sorted(self._data_dir.iterdir()):
+            if not child.is_dir():
+                continue
+            if child.name.endswith(DELETED_DIR_SUFFIX):
+                shutil.rmtree(child)
+                continue
+            topic_partition = parse_partition_dir(child.name)
+            if topic_partition is None:
+                log.warning("ignoring %s: not a <topic>-<partition> directory", child)
+                continue
+            partition_log = self._open(
+                child, self._default_config, recovery_points.get(topic_partition)
+            )
+            high_watermark = high_watermarks.get(topic_partition)
+            if high_watermark is not None:
+                partition_log.update_high_watermark(
+                    max(
+                        partition_log.high_watermark,
+                        min(high_watermark, partition_log.log_end_offset),
+                    )
+                )
+            self._logs[topic_partition] = partition_log
+        return clean
+
+    def _open(self, directory: Path, config: LogConfig, recovery_point: int | None) -> PartitionLog:
+        return PartitionLog.open(
+            directory,
+            config,
+            recovery_point=recovery_point,
+            now_ms=self._now_ms,
+            flush_executor=self._flush_executor,
+        )
+
+    @property
+    def data_dir(self) -> Path:
+        return self._data_dir
+
+    def get_or_create(self, topic: str, partition: int, config: LogConfig) -> PartitionLog:
+        """The log of a partition, created empty if new; an existing log takes `config`."""
+        partition_log = self._logs.get((topic, partition))
+        if partition_log is not None:
+            if partition_log.config != config:
+                partition_log.update_config(config)
+            return partition_log
+        directory = self._data_dir / partition_dir_name(topic, partition)
+        directory.mkdir()
+        fsync_dir(self._data_dir)
+        partition_log = self._open(directory, config, 0)
+        self._logs[(topic, partition)] = partition_log
+        return partition_log
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def delete(self, topic: str, partition: int) -> None:
+        partition_log = self._logs.pop((topic, partition), None)
+        if partition_log is not None:
+            partition_log.delete()
+
+    def partitions(self) -> list[TopicPartition]:
+        return sorted(self._logs)
+
+    def flush_all(self) -> None:
+        for partition_log in list(self._logs.values()):
+            partition_log.flush()
+        self.checkpoint_recovery_points()
+
+    def checkpoint(self) -> None:
+        """Persist recovery points and high watermarks (the broker does this periodically)."""
+        self.checkpoint_recovery_points()
+        self.checkpoint_high_watermarks()
+
+    def checkpoint_recovery_points(self) -> None:
+        logs = dict(self._logs)  # a snapshot: the owner thread may add logs meanwhile
+        offsets = {tp: partition_log.recovery_point for tp, partition_log in logs.items()}
+        with self._checkpoint_lock:
+            write_offset_checkpoint(self._data_dir / RECOVERY_POINT_CHECKPOINT_FILE, offsets)
+
+    def checkpoint_high_watermarks(self) -> None:
+        logs = dict(self._logs)
+        offsets = {tp: partition_log.high_watermark for tp, partition_log in logs.items()}
+        with self._checkpoint_lock:
+            write_offset_checkpoint(self._data_dir / HIGH_WATERMARK_CHECKPOINT_FILE, offsets)
+
+    def close(self) -> None:
+        """Clean shutdown: flush and close every log, checkpoint, then write the marker. If a
+        log cannot be flushed the marker is not written, so the next start recovers."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            failures = []
+            for topic_partition, partition_log in self._logs.items():
+                try:
+                    partition_log.close()
+                except Exception as error:
+                    log.error("closing the log of %s failed: %s", topic_partition, error)
+                    failures.append(error)
+            self.checkpoint()
+            if failures:
+                raise failures[0]
+            write_atomically(self._data_dir / CLEAN_SHUTDOWN_FILE, b"")
+        finally:
+            self._flush_executor.shutdown()
+            os.close(self._lock_fd)
+
+
+def _lock(data_dir: Path) -> int:
+    path = data_dir / LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        # flock, not lockf: flock locks conflict between two opens in the same process too.
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise DataDirLockedError(
+            f"data directory {data_dir} is in use by another broker ({path} is locked)"
+        ) from None
+    return fd

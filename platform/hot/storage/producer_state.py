@@ -1,0 +1,352 @@
+"""Idempotent producers' state in one partition: who wrote which sequence numbers where.
+
+Per producer id the state holds its current epoch and the metadata (first and last sequence,
+first and last offset) of its last `BATCHES_RETAINED_MAX` batches: a producer keeps at most five
+requests in flight, so a retried batch is always one of these. The rules, as Kafka's
+ProducerAppendInfo / UnifiedLog apply them to a client's batch with a producer id:
+
+- same epoch and the same (first, last) sequence as a retained batch: a DUPLICATE, not appended;
+  the produce response carries the ORIGINAL offsets and no error;
+- an epoch below the current one: INVALID_PRODUCER_EPOCH (a fenced zombie);
+- a newer epoch: the sequence must start again at 0, else OUT_OF_ORDER_SEQUENCE_NUMBER;
+- the same epoch: the base sequence must follow the last one (with int32 wrap-around), else
+  OUT_OF_ORDER_SEQUENCE_NUMBER;
+- an unknown producer id (never seen here, or expired) is accepted at any sequence. This is
+  Kafka's rule since KIP-360 (2.5): its state may be gone through retention or expiry while the
+  producer lives on, and the broker cannot tell that apart from a lost first batch.
+
+Batches without a producer id (-1) pass straight through. Transactional batches are refused with
+INVALID_TXN_STATE, as Kafka refuses them outside a transaction: Riverbed has no transaction
+coordinator, so no transaction can ever be open.
+
+The state is derived from batch headers only (never records) and can always be rebuilt from the
+log: `rebuild` replays headers. So that reopening a log does not scan all of it, the state is
+snapshotted to `<offset 20 digits>.snapshot` in the partition directory (the state after every
+batch below that offset); `load_producer_state` starts from the latest valid snapshot at or below
+the log end offset and replays only the batches after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import crc32c
+from riverbed.common.fileio import write_atomically
+from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.protocol.records import BatchHeader
+
+log = logging.getLogger(__name__)
+
+NO_PRODUCER_ID: Final = -1
+NO_PRODUCER_EPOCH: Final = -1
+NO_SEQUENCE: Final = -1
+SEQUENCE_MAX: Final = 2**31 - 1
+# Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN: the producer's max.in.flight limit of 5.
+BATCHES_RETAINED_MAX: Final = 5
+# Kafka's producer.id.expiration.ms default (1 day): how long an idle producer's state is kept.
+PRODUCER_ID_EXPIRATION_MS: Final = 24 * 60 * 60 * 1000
+
+SNAPSHOT_SUFFIX: Final = ".snapshot"
+# The newest snapshots kept; an older one is the fallback should the newest be unreadable.
+SNAPSHOTS_KEPT_MAX: Final = 2
+SNAPSHOT_VERSION: Final = 1
+# Snapshot layout (big-endian): version int16, crc uint32 (CRC-32C of everything after it),
+# producer count int32; per producer: id int64, epoch int16, last timestamp int64, batch count
+# int8; per batch: first seq int32, last seq int32, first offset int64, last offset int64.
+_SNAPSHOT_HEADER: Final = struct.Struct(">hIi")
+_SNAPSHOT_CRC_END: Final = 6  # the CRC covers the bytes after version and crc
+_PRODUCER: Final = struct.Struct(">qhqb")
+_BATCH: Final = struct.Struct(">iiqq")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class DuplicateBatch:
+    """A retried batch already in the log: answer with these offsets, append nothing."""
+
+    first_offset: int
+    last_offset: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    producer_id: int
+    epoch: int = NO_PRODUCER_EPOCH
+    batches: deque[BatchMetadata] = field(
+        default_factory=lambda: deque(maxlen=BATCHES_RETAINED_MAX)
+    )
+    # The max timestamp of its last batch (Kafka's lastTimestamp): the clock of expiry.
+    last_timestamp_ms: int = -1
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
+        if header.producer_epoch != self.epoch:
+            return None
+        first_seq, last_seq = header.base_sequence, last_sequence(header)
+        for batch in self.batches:
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                return batch
+        return None
+
+    def add(self, header: BatchHeader, base_offset: int) -> None:
+        """Record a batch written at `base_offset`; a new epoch forgets the old one's batches."""
+        if header.producer_epoch != self.epoch:
+            self.epoch = header.producer_epoch
+            self.batches.clear()
+        self.batches.append(
+            BatchMetadata(
+                header.base_sequence,
+                last_sequence(header),
+                base_offset,
+                base_offset + header.last_offset_delta,
+            )
+        )
+        self.last_timestamp_ms = header.max_timestamp
+
+
+def last_sequence(header: BatchHeader) -> int:
+    """The sequence of the batch's last record: sequences wrap from int32 max to 0."""
+    return (header.base_sequence + header.last_offset_delta) % (SEQUENCE_MAX + 1)
+
+
+def _in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == SEQUENCE_MAX)
+
+
+class ProducerStateManager:
+    """The idempotent producers of one partition. Pure logic, no I/O except snapshots.
+
+    Produce path, in one synchronous stretch (no await between the three steps):
+    `check(headers)` before the append (raises KafkaError, or returns a DuplicateBatch to answer
+    instead of appending), then the append, then `on_append(headers, first_offset)`.
+    Invariant: the state reflects exactly the batches of the log below the offset the caller
+    snapshots it at (the log end offset when every append went through `on_append`).
+    """
+
+    def __init__(self) -> None:
+        self._producers: dict[int, ProducerEntry] = {}
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+    def entry(self, producer_id: int) -> ProducerEntry | None:
+        return self._producers.get(producer_id)
+
+    def check(self, headers: Sequence[BatchHeader]) -> DuplicateBatch | None:
+        """Validate a produce request's batches against the state (Kafka's rules, see the module
+        docstring). Later batches of one producer in the same request are checked against the
+        earlier ones. As in Kafka, the first duplicate answers for the whole request."""
+        # (epoch, last sequence) of producers as the earlier batches of this request leave them.
+        pending: dict[int, tuple[int, int]] = {}
+        for header in headers:
+            producer_id = header.producer_id
+            if producer_id == NO_PRODUCER_ID:
+                continue
+            if header.is_transactional:
+                raise KafkaError(
+                    ErrorCode.INVALID_TXN_STATE,
+                    f"transactional batch of producer {producer_id}: Riverbed has no transactions",
+                )
+            committed = self._producers.get(producer_id)
+            if committed is not None:
+                duplicate = committed.find_duplicate(header)
+                if duplicate is not None:
+                    return DuplicateBatch(duplicate.first_offset, duplicate.last_offset)
+            committed_epoch = NO_PRODUCER_EPOCH if committed is None else committed.epoch
+            committed_last_seq = NO_SEQUENCE if committed is None else committed.last_seq
+            epoch, last_seq = pending.get(producer_id, (committed_epoch, committed_last_seq))
+            _check_batch(header, epoch, last_seq, committed_epoch)
+            pending[producer_id] = (header.producer_epoch, last_sequence(header))
+        return None
+
+    def on_append(self, headers: Sequence[BatchHeader], first_offset: int) -> None:
+        """Record batches just appended, the first at `first_offset` (the log assigns
+        consecutive offsets, so each batch's base offset follows from the previous one)."""
+        base_offset = first_offset
+        for header in headers:
+            self._apply(header, base_offset)
+            base_offset += header.last_offset_delta + 1
+
+    def rebuild(self, batches: Iterable[BatchHeader]) -> None:
+        """Replay headers whose offsets are final, without validation: headers read back from
+        the log (what is in it was accepted when it was written), or a follower's batches just
+        appended with the leader's offsets (the leader validated them)."""
+        for header in batches:
+            self._apply(header, header.base_offset)
+
+    def remove_expired(self, now_ms: int, expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> int:
+        """Forget producers idle longer than `expiration_ms` (bounds the state); return how many.
+
+        Like Kafka, idleness is measured by the batches' own max timestamps."""
+        expired = [
+            producer_id
+            for producer_id, entry in self._producers.items()
+            if now_ms - entry.last_timestamp_ms > expiration_ms
+        ]
+        for producer_id in expired:
+            del self._producers[producer_id]
+        return len(expired)
+
+    def _apply(self, header: BatchHeader, base_offset: int) -> None:
+        # Control batches (transaction markers) carry no sequences.
+        if header.producer_id == NO_PRODUCER_ID or header.is_control:
+            return
+        entry = self._producers.get(header.producer_id)
+        if entry is None:
+            entry = self._producers[header.producer_id] = ProducerEntry(header.producer_id)
+        entry.add(header, base_offset)
+
+    # -- snapshots -----------------------------------------------------------------------------
+
+    def take_snapshot(self, directory: Path, offset: int) -> bool:
+        """Write the state (that of every batch below `offset`) to `<offset>.snapshot` and drop
+        older snapshots beyond SNAPSHOTS_KEPT_MAX. A failure is logged, not raised: a missing
+        snapshot only makes the next open scan more of the log. Returns whether it was written.
+        """
+        path = snapshot_path(directory, offset)
+        try:
+            write_atomically(path, self.encode_snapshot())
+            for stale in snapshot_files(directory)[:-SNAPSHOTS_KEPT_MAX]:
+                stale.unlink(missing_ok=True)
+        except OSError as error:
+            log.warning("%s: could not write the producer state snapshot: %s", path, error)
+            return False
+        return True
+
+    def encode_snapshot(self) -> bytes:
+        body = bytearray(struct.pack(">i", len(self._producers)))
+        for entry in self._producers.values():
+            body += _PRODUCER.pack(
+                entry.producer_id, entry.epoch, entry.last_timestamp_ms, len(entry.batches)
+            )
+            for batch in entry.batches:
+                body += _BATCH.pack(
+                    batch.first_seq, batch.last_seq, batch.first_offset, batch.last_offset
+                )
+        return struct.pack(">hI", SNAPSHOT_VERSION, crc32c.crc32c(body)) + body
+
+    @classmethod
+    def decode_snapshot(cls, data: bytes) -> ProducerStateManager:
+        """Raises ValueError for anything but an intact snapshot of a known version."""
+        if len(data) < _SNAPSHOT_HEADER.size:
+            raise ValueError(f"snapshot of {len(data)} bytes is truncated")
+        version, crc, count = _SNAPSHOT_HEADER.unpack_from(data)
+        if version != SNAPSHOT_VERSION:
+            raise ValueError(f"unknown snapshot version {version}")
+        if crc32c.crc32c(data[_SNAPSHOT_CRC_END:]) != crc:
+            raise ValueError("snapshot fails its CRC")
+        manager = cls()
+        position = _SNAPSHOT_HEADER.size
+        try:
+            for _ in range(count):
+                producer_id, epoch, last_timestamp_ms, batches = _PRODUCER.unpack_from(
+                    data, position
+                )
+                position += _PRODUCER.size
+                entry = ProducerEntry(producer_id, epoch, last_timestamp_ms=last_timestamp_ms)
+                for _ in range(batches):
+                    entry.batches.append(BatchMetadata(*_BATCH.unpack_from(data, position)))
+                    position += _BATCH.size
+                manager._producers[producer_id] = entry
+        except struct.error as error:
+            raise ValueError(f"snapshot is truncated: {error}") from None
+        if position != len(data):
+            raise ValueError(f"{len(data) - position} bytes after the last producer")
+        return manager
+
+
+def _check_batch(header: BatchHeader, epoch: int, last_seq: int, committed_epoch: int) -> None:
+    """Kafka's checkProducerEpoch + checkSequence for a client batch (duplicates excluded)."""
+    producer_id, first_seq = header.producer_id, header.base_sequence
+    if header.producer_epoch < epoch:
+        raise KafkaError(
+            ErrorCode.INVALID_PRODUCER_EPOCH,
+            f"producer {producer_id} epoch {header.producer_epoch} is older than {epoch}",
+        )
+    if header.producer_epoch != epoch:
+        if first_seq != 0 and epoch != NO_PRODUCER_EPOCH:
+            raise KafkaError(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"producer {producer_id} new epoch {header.producer_epoch} must start at "
+                f"sequence 0, not {first_seq}",
+            )
+    elif committed_epoch != NO_PRODUCER_EPOCH and not _in_sequence(last_seq, first_seq):
+        raise KafkaError(
+            ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+            f"producer {producer_id} sent sequence {first_seq} after {last_seq}",
+        )
+
+
+# -- snapshot files ----------------------------------------------------------------------------
+
+
+def snapshot_path(directory: Path, offset: int) -> Path:
+    return directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+def snapshot_files(directory: Path) -> list[Path]:
+    """The snapshots in `directory`, oldest (lowest offset) first."""
+    return sorted(
+        path
+        for path in directory.iterdir()
+        if path.suffix == SNAPSHOT_SUFFIX and path.stem.isdigit()
+    )
+
+
+def delete_snapshots_above(directory: Path, offset: int) -> int:
+    """Delete the snapshots taken above `offset`: once the log ends at `offset` (a truncation,
+    or recovery cutting a torn tail) they describe batches it no longer holds. Returns how many
+    were deleted."""
+    stale = [path for path in snapshot_files(directory) if int(path.stem) > offset]
+    for path in stale:
+        log.info("%s: removing a snapshot above the log end %d", path, offset)
+        path.unlink(missing_ok=True)
+    return len(stale)
+
+
+def load_producer_state(
+    directory: Path,
+    log_end_offset: int,
+    batches_from: Callable[[int], Iterable[BatchHeader]],
+) -> ProducerStateManager:
+    """The state of a log reopened at `log_end_offset`: the latest readable snapshot at or below
+    it, plus the batches after that snapshot (`batches_from(offset)` yields the headers of the
+    batches holding offsets >= offset, oldest first). Snapshots above the log end offset are
+    deleted first (`delete_snapshots_above`), unreadable ones too. After a truncation, calling it
+    again with the new log end offset gives the state of the truncated log."""
+    delete_snapshots_above(directory, log_end_offset)
+    manager: ProducerStateManager | None = None
+    start_offset = 0
+    for path in reversed(snapshot_files(directory)):
+        offset = int(path.stem)
+        try:
+            manager = ProducerStateManager.decode_snapshot(path.read_bytes())
+        except (OSError, ValueError) as error:
+            log.warning("%s: removing an unreadable producer state snapshot: %s", path, error)
+            path.unlink(missing_ok=True)
+            continue
+        start_offset = offset
+        break
+    if manager is None:
+        manager = ProducerStateManager()
+    if start_offset < log_end_offset:
+        manager.rebuild(
+            header for header in batches_from(start_offset) if header.base_offset >= start_offset
+        )
+    return manager
