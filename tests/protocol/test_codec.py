@@ -29,7 +29,6 @@ from riverbed.protocol.codec import (
     encode_request_body,
     encode_response_body,
 )
-from riverbed.protocol.codegen import MESSAGES_PATH, render_messages
 from riverbed.protocol.connection import supported_api_versions
 from riverbed.protocol.errors import ProtocolDecodeError, ProtocolEncodeError
 from riverbed.protocol.regions import FileRegion
@@ -135,10 +134,6 @@ def decode(api_key: int, version: int, data: bytes | bytearray, is_response: boo
 
 
 # --- generated code and supported versions ------------------------------------------------------
-
-
-def test_messages_py_is_generated_from_the_specs() -> None:
-    assert MESSAGES_PATH.read_text(encoding="utf-8") == render_messages(SPECS)
 
 
 def test_supported_api_versions() -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import struct
 import warnings
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +21,6 @@ from aiokafka.coordinator.protocol import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from riverbed.protocol import codegen
 from riverbed.protocol.codec import decode_data, encode_data, read_data
 from riverbed.protocol.data_messages import (
     DATA_CLASSES,
@@ -85,26 +83,6 @@ def test_data_schemas_and_their_versions() -> None:
     assert set(DATA_CLASSES) == set(SPECS)
     for name, cls in DATA_CLASSES.items():
         assert versions[name][:2] == (cls.LOWEST_SUPPORTED_VERSION, cls.HIGHEST_SUPPORTED_VERSION)
-
-
-def test_data_messages_py_is_generated_from_the_specs() -> None:
-    rendered = codegen.render_data_messages(SPECS)
-    assert codegen.DATA_MESSAGES_PATH.read_text(encoding="utf-8") == rendered
-
-
-def test_codegen_check_verifies_both_generated_files(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    messages, data_messages = tmp_path / "messages.py", tmp_path / "data_messages.py"
-    messages.write_text(codegen.render_messages(codegen.load_api_specs()), encoding="utf-8")
-    data_messages.write_text("stale\n", encoding="utf-8")
-    monkeypatch.setattr(codegen, "MESSAGES_PATH", messages)
-    monkeypatch.setattr(codegen, "DATA_MESSAGES_PATH", data_messages)
-    assert codegen.main(["--check"]) == 1
-    assert f"{data_messages} is stale" in capsys.readouterr().out
-    assert codegen.main([]) == 0
-    assert codegen.main(["--check"]) == 0
-    assert data_messages.read_text(encoding="utf-8") == codegen.render_data_messages(SPECS)
 
 
 DATA_SPEC = """\
