@@ -8,6 +8,7 @@ assert metrics.value("riverbed_topic_records_in_total", topic="orders") == 1000
 from __future__ import annotations
 
 import re
+import time
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,14 +21,27 @@ from tests.support.broker import HOST, BrokerProcess
 SCRAPE_TIMEOUT_S: Final = 10.0
 WITH_METRICS: Final = {"metrics.port": "0"}
 ENDPOINT_LINE: Final = re.compile(r"metrics on http://[^:]+:(\d+)/metrics")
+# The broker's last start-up event, logged once its metrics endpoint (if any) is up.
+STARTED_EVENT: Final = "broker.started"
+STARTED_WAIT_S: Final = 30.0
+LOG_POLL_S: Final = 0.02
 
 
 def metrics_port(broker: BrokerProcess) -> int:
-    """The port the broker's current start logged for its endpoint; LookupError if none."""
-    found = ENDPOINT_LINE.findall(broker.log_path.read_text())
-    if not found:
-        raise LookupError(f"broker {broker.broker_id} logged no metrics endpoint")
-    return int(found[-1])
+    """The port the broker's current start logged for its endpoint; LookupError if none.
+
+    A broker accepts connections before its metrics endpoint is up (the endpoint starts last,
+    just before the `broker.started` event), so this reads the log until that event is in it.
+    """
+    deadline = time.monotonic() + STARTED_WAIT_S
+    while True:
+        text = broker.log_path.read_text()
+        found = ENDPOINT_LINE.findall(text)
+        if found:
+            return int(found[-1])
+        if STARTED_EVENT in text or time.monotonic() > deadline:
+            raise LookupError(f"broker {broker.broker_id} logged no metrics endpoint")
+        time.sleep(LOG_POLL_S)
 
 
 def metrics_url(broker: BrokerProcess, path: str = "/metrics") -> str:
