@@ -16,12 +16,12 @@ This file is installed as `riverbed/__init__.py` (see setup.py): the source fold
 cannot hold an `__init__.py` of its own.
 """
 
-from riverbed.client.admin import Admin, OffsetAndMetadata
+from riverbed.client.admin import Admin
 from riverbed.client.consumer import Consumer
 from riverbed.client.group.listener import RebalanceListener
 from riverbed.client.group.member import MemberState
 from riverbed.client.producer import Producer
-from riverbed.client.types import Record, RecordMetadata, TopicPartition
+from riverbed.client.types import OffsetAndMetadata, Record, RecordMetadata, TopicPartition
 from riverbed.security.acl import (
     AclBinding,
     AclBindingFilter,

@@ -29,10 +29,9 @@ from riverbed.client.admin import (
     GroupDescription,
     GroupState,
     MemberDescription,
-    OffsetAndMetadata,
     OffsetSpec,
 )
-from riverbed.client.types import TopicPartition
+from riverbed.client.types import OffsetAndMetadata, TopicPartition
 from riverbed.errors import GroupError, UnknownTopicOrPartitionError
 from riverbed.protocol.errors import ErrorCode
 

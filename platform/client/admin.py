@@ -31,7 +31,7 @@ from riverbed.client.group.consumer_protocol import NO_GENERATION, PROTOCOL_TYPE
 from riverbed.client.lifecycle import AsyncClient
 from riverbed.client.pool import BrokerPool
 from riverbed.client.settings import AdminSettings
-from riverbed.client.types import TopicPartition
+from riverbed.client.types import OffsetAndMetadata, TopicPartition
 from riverbed.common.backoff import backoff_ms
 from riverbed.errors import (
     CoordinatorError,
@@ -224,21 +224,6 @@ class GroupDescription:
     protocol: str
     members: tuple[MemberDescription, ...]
     coordinator: int
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetAndMetadata:
-    """A group's committed position in one partition: the offset of the next record to consume,
-    the committer's metadata string and the leader epoch of the last record consumed (None if
-    unknown), as Kafka's OffsetAndMetadata."""
-
-    offset: int
-    metadata: str = ""
-    leader_epoch: int | None = None
-
-    def __post_init__(self) -> None:
-        if isinstance(self.offset, bool) or not isinstance(self.offset, int) or self.offset < 0:
-            raise ValueError(f"a committed offset must be an int >= 0, got {self.offset!r}")
 
 
 @dataclass(frozen=True, slots=True)

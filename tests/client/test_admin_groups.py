@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer, Producer
 from riverbed.broker.groups.offsets_topic import partition_for
-from riverbed.client.admin import Admin, GroupState, OffsetAndMetadata
-from riverbed.client.types import TopicPartition
+from riverbed.client.admin import Admin, GroupState
+from riverbed.client.types import OffsetAndMetadata, TopicPartition
 from riverbed.errors import CoordinatorError, GroupError, KafkaTimeoutError
 from riverbed.protocol.errors import ErrorCode
 

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from riverbed.client.admin import Admin, OffsetAndMetadata
+from riverbed.client.admin import Admin
 from riverbed.client.consumer import Consumer
 from riverbed.client.group.listener import RebalanceListener
 from riverbed.client.group.member import MemberState
 from riverbed.client.producer import Producer
-from riverbed.client.types import TopicPartition
+from riverbed.client.types import OffsetAndMetadata, TopicPartition
 from riverbed.errors import GroupError, KafkaTimeoutError, OffsetOutOfRangeError
 from riverbed.protocol.errors import ErrorCode
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple, Protocol
 
-from riverbed.client.admin import OffsetAndMetadata
 from riverbed.client.group.member import Generation
+from riverbed.client.types import OffsetAndMetadata
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.record_types import TopicPartition
