@@ -31,7 +31,7 @@ from riverbed.protocol.errors import ErrorCode
 from tests.client.consumer_events import RecordedEvents
 from tests.support.broker import BrokerFactory, BrokerProcess
 from tests.support.proxy import RecordingProxy
-from tests.support.waiting import eventually
+from tests.support.waiting import WAIT_S, eventually
 
 FETCH_KEY = 1
 METADATA_KEY = 3
@@ -84,7 +84,7 @@ def seeked(tps: list[TopicPartition], offset: int = 0) -> Positions:
 
 async def take_all(driver: FetchDriver, count: int, limit: int) -> list[Record]:
     records: list[Record] = []
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + WAIT_S
     while len(records) < count and time.monotonic() < deadline:
         for taken in driver.take(limit, ()).values():
             records += taken
