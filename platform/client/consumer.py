@@ -43,7 +43,6 @@ from riverbed.client.fetch_driver import FetchDriver
 from riverbed.client.group.consumer_group import ConsumerGroup
 from riverbed.client.group.listener import RebalanceListener
 from riverbed.client.group.member import NO_GENERATION, MemberState
-from riverbed.client.group.offset_requests import OffsetAndMetadata
 from riverbed.client.group.subscription import TopicSubscription
 from riverbed.client.lifecycle import AsyncClient
 from riverbed.client.offset_reset import OffsetResetter, list_offsets
@@ -55,7 +54,7 @@ from riverbed.client.positions import (
     Positions,
 )
 from riverbed.client.settings import ConsumerSettings
-from riverbed.client.types import Record, TopicPartition
+from riverbed.client.types import OffsetAndMetadata, Record, TopicPartition
 from riverbed.errors import ClientClosedError, GroupError
 from riverbed.protocol.errors import ErrorCode
 

@@ -27,11 +27,10 @@ import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 
 from riverbed.client.consumer_parts import CONSUMER_REPLICA_ID, ConsumerEvents, WakeupLoop
-from riverbed.client.group.offset_requests import OffsetAndMetadata
 from riverbed.client.pool import BrokerPool
 from riverbed.client.positions import FetchState, Positions
 from riverbed.client.settings import ConsumerSettings
-from riverbed.client.types import TopicPartition
+from riverbed.client.types import OffsetAndMetadata, TopicPartition
 from riverbed.common.backoff import backoff_ms
 from riverbed.errors import (
     KafkaError,
