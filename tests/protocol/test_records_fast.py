@@ -44,6 +44,7 @@ from riverbed.protocol.records import (
 )
 from riverbed.protocol.records import Record as ReferenceRecord
 from riverbed.protocol.records_fast import append_records, decode_records
+from riverbed.protocol.records_header import TIMESTAMP_TYPE_MASK
 
 from tests.support.guarded_buffer import GuardedBuffer
 
@@ -251,6 +252,19 @@ def test_timestamp_overflow_is_refused() -> None:
     section = _section(header, batch)
     with pytest.raises(CorruptRecordError):
         decode_records(TP, dataclasses.replace(header, base_timestamp=1), section, 0)
+
+
+def test_a_record_left_out_by_skip_below_is_still_checked() -> None:
+    """A timestamp past int64 refuses the batch whatever offset the reader starts from, as the
+    oracle (which has no skip_below) refuses it: it used to be checked on kept records only."""
+    section = _record(0, timestamp_delta=INT64_MAX) + _record(1)
+    header = parse_batch_header(_batch_of(section, 2, last_offset_delta=1))
+    header = dataclasses.replace(header, base_timestamp=1)
+    with pytest.raises(CorruptRecordError, match="timestamp overflows"):
+        decode_records(TP, header, section, 1)
+    # Under LogAppendTime every record's timestamp is the batch's: the delta is not used.
+    appended = dataclasses.replace(header, attributes=TIMESTAMP_TYPE_MASK)
+    assert [r.offset for r in decode_records(TP, appended, section, 1)] == [1]
 
 
 @pytest.mark.parametrize(
