@@ -4,7 +4,7 @@ codec and the broker's hot path.
 `platform/` is the source folder of the `riverbed` package but must not contain an `__init__.py`
 (from the repo root, `import platform` would find it instead of the standard library module).
 
-`riverbed.protocol.records_fast` (the client's per-record loops) and
+`riverbed.protocol.records_fast` (the per-record loops of the client and the broker) and
 `riverbed.tiering.records_columns` (the tiering's) are Cython with no pure-Python fallback: a
 build without Cython or a C compiler fails rather than yield a slow client or broker.
 

@@ -114,11 +114,13 @@ def fill_log(directory: Path, records: int, segment_bytes: int, *, seal: bool = 
     another key rolls the segment holding the last ones (segment.ms passed), so all the dataset
     is in sealed segments."""
     from riverbed.hot.storage.log import LogConfig, PartitionLog
+    from riverbed.protocol.record_types import TopicPartition
     from riverbed.protocol.records import encode_batch, validate_records
 
     clock = [NOW_MS]
     log = PartitionLog.open(
         directory,
+        TopicPartition(TOPIC, 0),
         LogConfig(segment_bytes=segment_bytes, segment_ms=SEGMENT_MS),
         recovery_point=0,
         now_ms=lambda: clock[0],

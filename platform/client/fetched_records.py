@@ -12,9 +12,9 @@ fetch. Batches are filtered as Kafka's consumer does:
 - records below the fetch offset are dropped: the broker answers with whole batches, and the
   first one can start before the offset asked for.
 
-The per-record loop is compiled (riverbed.protocol.records_fast.decode_records): at ~100 bytes
-per record it is the whole cost of consuming. An uncompressed records section is decoded in place
-from the response frame, without a copy.
+Batches are decoded by riverbed.protocol.records_codec.decode_batch, whose per-record loop is
+compiled (records_fast): at ~100 bytes per record it is the whole cost of consuming. An
+uncompressed records section is decoded in place from the response frame, without a copy.
 """
 
 from __future__ import annotations
@@ -23,16 +23,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from riverbed.client.types import Record, TopicPartition
-from riverbed.protocol.compression import CompressionType, DecompressionError, decompress
-from riverbed.protocol.errors import ErrorCode
-from riverbed.protocol.records import (
-    RECORDS_POSITION,
-    BatchHeader,
-    CorruptRecordError,
-    batch_crc_ok,
-    iter_batch_headers,
-)
-from riverbed.protocol.records_fast import decode_records
+from riverbed.protocol.records import BatchHeader, decode_batch, iter_batch_headers
 
 ISOLATION_READ_UNCOMMITTED: Final = 0
 ISOLATION_READ_COMMITTED: Final = 1
@@ -40,8 +31,6 @@ ISOLATION_READ_COMMITTED: Final = 1
 CONTROL_TYPE_ABORT: Final = 0
 CONTROL_KEY_BYTES: Final = 4
 NO_PRODUCER_ID: Final = -1
-# skip_below for a batch read whole (a control batch's marker).
-ALL_OFFSETS: Final = -(1 << 63)
 
 AbortedTransaction = tuple[int, int]  # (producer_id, first_offset)
 
@@ -148,8 +137,8 @@ class PartitionFetch:
                 return
         if header.is_control:
             return
-        self._pending = _decode_batch(
-            self.tp, self._buf, position, header, self._check_crcs, skip_below
+        self._pending = decode_batch(
+            self.tp, self._buf, position, header, check_crc=self._check_crcs, skip_below=skip_below
         )
 
     def _add_aborted_up_to(self, last_offset: int) -> None:
@@ -158,38 +147,8 @@ class PartitionFetch:
             self._aborted_producer_ids.add(aborted.pop()[0])
 
     def _is_abort_marker(self, position: int, header: BatchHeader) -> bool:
-        records = _decode_batch(self.tp, self._buf, position, header, self._check_crcs, ALL_OFFSETS)
+        records = decode_batch(self.tp, self._buf, position, header, check_crc=self._check_crcs)
         key = records[0].key if records else None
         if key is None or len(key) < CONTROL_KEY_BYTES:
             return False
         return int.from_bytes(key[2:4], "big", signed=True) == CONTROL_TYPE_ABORT
-
-
-def _decode_batch(
-    tp: TopicPartition,
-    buf: bytes | memoryview,
-    position: int,
-    header: BatchHeader,
-    check_crc: bool,
-    skip_below: int,
-) -> list[Record]:
-    """The batch's records from offset `skip_below` on."""
-    if check_crc and not batch_crc_ok(buf, position, header):
-        raise CorruptRecordError(
-            ErrorCode.CORRUPT_MESSAGE,
-            f"{tp.topic}-{tp.partition}: batch at offset {header.base_offset} fails its CRC",
-        )
-    section = memoryview(buf)[position + RECORDS_POSITION : position + header.size_bytes]
-    compression = header.compression
-    if compression is not CompressionType.NONE:
-        try:
-            section = memoryview(decompress(compression, section))
-        except DecompressionError as error:
-            raise CorruptRecordError(ErrorCode.CORRUPT_MESSAGE, str(error)) from error
-    try:
-        return decode_records(tp, header, section, skip_below)
-    except CorruptRecordError as error:
-        raise CorruptRecordError(
-            ErrorCode.CORRUPT_MESSAGE,
-            f"{tp.topic}-{tp.partition}: batch at offset {header.base_offset}: {error.message}",
-        ) from error

@@ -36,11 +36,12 @@ class _RecordSlots:
 
 @dataclass(frozen=True)
 class Record(_RecordSlots):
-    """One consumed record. Immutable and without a `__dict__` (its slots live in the base).
+    """One decoded record. Immutable and without a `__dict__` (its slots live in the base).
 
-    The consumer's records are built by the compiled decoder (riverbed.protocol.records_fast),
-    which fills the slots directly: a frozen dataclass's `__init__` stores each field with
-    `object.__setattr__` (~790 ns for these 8 fields on the reference machine).
+    Every decoded record, the consumer's and the broker's, is built by the compiled decoder
+    (riverbed.protocol.records_fast), which fills the slots directly: a frozen dataclass's
+    `__init__` stores each field with `object.__setattr__` (~790 ns for these 8 fields on the
+    reference machine).
     """
 
     __slots__ = ()

@@ -1,11 +1,13 @@
 """Kafka record batches v2 (magic 2): the one import for everything about them.
 
 records_header holds what the broker's hot path needs (header parsing, validation, CRC,
-offset assignment), records_codec the record level the client needs (encode / decode).
+offset assignment), records_codec the batch level around the compiled record loops (encode a
+batch, decode one into `Record`s), record_types the one `Record` type.
 """
 
 from riverbed.protocol.compression import CompressionType
-from riverbed.protocol.records_codec import Record, RecordInput, decode_batch, encode_batch
+from riverbed.protocol.record_types import Record
+from riverbed.protocol.records_codec import RecordInput, decode_batch, encode_batch
 from riverbed.protocol.records_header import (
     ATTRIBUTES_POSITION,
     BASE_OFFSET_POSITION,

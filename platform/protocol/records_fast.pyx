@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
-"""The per-record loops of batch v2 in C: decoding a fetched batch, encoding a produced one.
+"""The per-record loops of batch v2 in C: decoding a batch (the consumer's fetches, the broker's
+reads of its own logs: there is no other decoder), encoding a produced one.
 
 `decode_records` walks the (decompressed) records section of one batch and builds the
 `riverbed.protocol.record_types.Record` of each record in place. The bytes come from the network, so
@@ -196,10 +197,10 @@ cdef inline Py_ssize_t read_record_start(
     position += 1  # record attributes: unused in v2
     position = read_varint(buf, position, out.record_end, &out.timestamp_delta)
     if position == CUT_SHORT:
-        raise corrupt("record timestamp delta is cut short", out.record_start)
+        raise corrupt("record timestamp delta is cut short or past 64 bits", out.record_start)
     position = read_varint(buf, position, out.record_end, &offset_delta)
     if position == CUT_SHORT:
-        raise corrupt("record offset delta is cut short", out.record_start)
+        raise corrupt("record offset delta is cut short or past 64 bits", out.record_start)
     if not out.offset_delta < offset_delta <= last_offset_delta:
         raise corrupt(
             f"record offset delta {offset_delta} is not above the record before "
@@ -273,14 +274,15 @@ def decode_records(tp, header, const unsigned char[::1] data not None, int64_t s
             headers = decode_headers(buf, &position, record_end)
         if position != record_end:
             raise corrupt(f"record ends before its length says ({record_end})", position)
+        # Checked before a record is skipped: a batch is refused or accepted whole, whatever
+        # offset the reader starts from.
+        if not log_append_time and riverbed_add_overflows(
+            base_timestamp, fields.timestamp_delta, &timestamp_ms
+        ):
+            raise corrupt("record timestamp overflows int64", fields.record_start)
         if fields.offset < skip_below:
             continue
-        if log_append_time:
-            timestamp = max_timestamp
-        elif riverbed_add_overflows(base_timestamp, fields.timestamp_delta, &timestamp_ms):
-            raise corrupt("record timestamp overflows int64", fields.record_start)
-        else:
-            timestamp = PyLong_FromLongLong(timestamp_ms)
+        timestamp = max_timestamp if log_append_time else PyLong_FromLongLong(timestamp_ms)
         record = riverbed_new_empty(RECORD_TYPE)
         riverbed_fill_slot(record, TOPIC_SLOT, topic)
         riverbed_fill_slot(record, PARTITION_SLOT, partition)

@@ -13,8 +13,10 @@ from pathlib import Path
 from riverbed.client.admin import Admin
 from riverbed.client.connection import BrokerConnection
 from riverbed.protocol import messages as m
-from riverbed.protocol.records import decode_batch, encode_batch
+from riverbed.protocol.record_types import TopicPartition
+from riverbed.protocol.records import encode_batch
 
+from tests.support.batches import records_in
 from tests.support.broker import HOST, BrokerProcess
 
 
@@ -93,7 +95,7 @@ async def test_fetch_parks_until_data_arrives(broker: BrokerProcess) -> None:
         await _produce(connection, "parked", [b"wake up"])
         response = await asyncio.wait_for(waiting, 5)
         assert time.monotonic() - started < 10, "woken by the append, not by max_wait_ms"
-        _, records = decode_batch(_fetched_records(response))
+        records = records_in(TopicPartition(topic[0], 0), _fetched_records(response))
         assert [r.value for r in records] == [b"wake up"]
     finally:
         await connection.close()
@@ -125,7 +127,7 @@ async def test_a_batch_larger_than_max_bytes_is_returned_whole(broker: BrokerPro
         response = await connection.request(
             _fetch(topic, 0, max_wait_ms=0, min_bytes=0, partition_max_bytes=1024)
         )
-        _, records = decode_batch(_fetched_records(response))
+        records = records_in(TopicPartition(topic[0], 0), _fetched_records(response))
         assert [r.value for r in records] == [big_value]
     finally:
         await connection.close()

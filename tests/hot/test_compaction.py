@@ -20,19 +20,21 @@ from riverbed.hot.storage.cleaner_swap import load_first_dirty_offset
 from riverbed.hot.storage.compaction import OffsetMap, thin_batch
 from riverbed.hot.storage.log import LogConfig, PartitionLog, SegmentStats
 from riverbed.protocol.compression import CompressionType
+from riverbed.protocol.record_types import Record, TopicPartition
 from riverbed.protocol.records import (
-    Record,
-    decode_batch,
     encode_batch,
     iter_batch_headers,
     parse_batch_header,
     validate_records,
 )
 
+from tests.support.batches import records_in
+
 NOW_MS = 10_000_000
 DELETE_RETENTION_MS = 100_000
 BROKER = BrokerConfig.from_mapping({"zookeeper.connect": "127.0.0.1:1"})
 UNLIMITED = CleanerSettings(dedupe_buffer_bytes=64 << 20, io_max_bytes_per_second=1e300)
+TP = TopicPartition("compacted", 0)
 
 
 def compacted(**overrides: str) -> TopicConfig:
@@ -60,7 +62,7 @@ def keyed_batch(
 
 
 def offsets_of(batch: bytes) -> list[int]:
-    return [record.offset for record in decode_batch(batch)[1]]
+    return [record.offset for record in records_in(TP, batch)]
 
 
 @pytest.mark.parametrize("codec", list(CompressionType))
@@ -74,7 +76,8 @@ def test_a_thinned_batch_keeps_its_header_offsets_and_record_bytes(codec: Compre
     header = parse_batch_header(original)
     thinned = thin_batch(original, header, offsets, delete_horizon_ms=0)
     assert thinned.batch is not None and (thinned.records_in, thinned.records_out) == (4, 3)
-    new_header, records = decode_batch(thinned.batch)  # checks the new CRC
+    new_header = parse_batch_header(thinned.batch)
+    records = records_in(TP, thinned.batch)  # checks the new CRC
     assert [(r.offset, r.key, r.value, r.timestamp_ms) for r in records] == [
         (1, b"b", b"2", 101),
         (2, b"a", b"3", 102),
@@ -206,7 +209,7 @@ def open_log(directory: Path) -> PartitionLog:
     """Opened as a broker opens it: with recovery, and everything in it committed (the broker
     restores the high watermark from its checkpoint)."""
     config = LogConfig(segment_bytes=600, index_interval_bytes=100)
-    log = PartitionLog.open(directory, config, recovery_point=None, now_ms=lambda: NOW_MS)
+    log = PartitionLog.open(directory, TP, config, recovery_point=None, now_ms=lambda: NOW_MS)
     log.update_high_watermark(log.log_end_offset)
     return log
 
@@ -236,9 +239,8 @@ def read_all(log: PartitionLog, start: int | None = None) -> list[Record]:
             data = os.pread(region.fd, region.size, region.position)
         finally:
             region.close()
-        batch_records = [r for p, _ in iter_batch_headers(data) for r in decode_batch(data, p)[1]]
         last_offsets = [h.last_offset for _, h in iter_batch_headers(data)]
-        records += [r for r in batch_records if r.offset >= offset]
+        records += [r for r in records_in(log.tp, data) if r.offset >= offset]
         offset = last_offsets[-1] + 1
     return records
 

@@ -11,6 +11,7 @@ from riverbed.hot.replication.partitions import CommitWaiters, Partition
 from riverbed.hot.storage.log import LogConfig, PartitionLog
 from riverbed.hot.storage.producer_state import ProducerStateManager
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.protocol.record_types import TopicPartition
 from riverbed.protocol.records import encode_batch, validate_records
 
 LAG_MAX_MS = 10_000
@@ -98,8 +99,11 @@ def test_a_new_leader_behind_its_epoch_start_says_so_until_followers_fetch(
 ) -> None:
     """KIP-207: a leader elected with a stale HW (checkpointed before a crash) must not name
     offsets until its followers have shown what is committed."""
-    log = PartitionLog.open(tmp_path / "t-0", LogConfig(), recovery_point=None, now_ms=lambda: 0)
-    partition = Partition("t", 0, log, ProducerStateManager(), broker_id=1)
+    tp = TopicPartition("t", 0)
+    log = PartitionLog.open(
+        tmp_path / "t-0", tp, LogConfig(), recovery_point=None, now_ms=lambda: 0
+    )
+    partition = Partition(*tp, log, ProducerStateManager(), broker_id=1)
     partition.become_leader(0, (1, 2), frozenset({1, 2}), state_version=0, now_ms=0)
     records = memoryview(bytearray(encode_batch([(None, b"v", (), 0)] * 3)))
     partition.append_as_leader(records, validate_records(records, 1 << 20), now_ms=0)

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 from riverbed.hot.storage.index import INDEX_ROWS_UNWRITTEN_MAX, OffsetIndex, TimeIndex
 from riverbed.hot.storage.log import LogConfig, PartitionLog
+from riverbed.protocol.record_types import TopicPartition
 from riverbed.protocol.records import encode_batch, validate_records
 
+TP = TopicPartition("live", 0)
 ROW_BYTES = OffsetIndex.ROW.size
 BASE_OFFSET = 1000
 
@@ -110,7 +112,7 @@ def test_a_crash_loses_only_unwritten_rows_and_the_log_reopens_whole(tmp_path: P
     """A copy of the files of an open log is what a killed broker leaves: its writes are in the
     page cache, its unwritten index rows are not. The copy opens with every batch readable."""
     config = LogConfig(segment_bytes=1 << 30, index_interval_bytes=1)  # a row per batch
-    log = PartitionLog.open(tmp_path / "live", config, recovery_point=0, now_ms=lambda: 0)
+    log = PartitionLog.open(tmp_path / "live", TP, config, recovery_point=0, now_ms=lambda: 0)
     batches = INDEX_ROWS_UNWRITTEN_MAX + 20
     for i in range(batches):
         buf = memoryview(bytearray(encode_batch([(None, f"v{i}".encode(), (), i)])))
@@ -121,7 +123,7 @@ def test_a_crash_loses_only_unwritten_rows_and_the_log_reopens_whole(tmp_path: P
     (index_path,) = crashed.glob("*.index")
     # Every batch after the first got a row; only the first group of them reached the file.
     assert file_rows(index_path) == INDEX_ROWS_UNWRITTEN_MAX
-    reopened = PartitionLog.open(crashed, config, recovery_point=batches, now_ms=lambda: 0)
+    reopened = PartitionLog.open(crashed, TP, config, recovery_point=batches, now_ms=lambda: 0)
     assert reopened.log_end_offset == batches
     for offset in (0, INDEX_ROWS_UNWRITTEN_MAX - 1, INDEX_ROWS_UNWRITTEN_MAX + 5, batches - 1):
         result = reopened.read(offset, 1, batches)

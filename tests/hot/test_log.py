@@ -12,15 +12,17 @@ from pathlib import Path
 import pytest
 from riverbed.hot.storage.log import AppendResult, LogConfig, PartitionLog
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.protocol.record_types import Record, TopicPartition
 from riverbed.protocol.records import (
     TIMESTAMP_TYPE_LOG_APPEND_TIME,
-    Record,
-    decode_batch,
     encode_batch,
     iter_batch_headers,
     validate_records,
 )
 
+from tests.support.batches import records_in
+
+TP = TopicPartition("orders", 0)
 SMALL = LogConfig(segment_bytes=2048, index_interval_bytes=150)
 
 
@@ -57,17 +59,14 @@ def read_records(log: PartitionLog, offset: int, max_bytes: int, max_offset: int
     finally:
         region.close()
     assert len(data) == region.size
-    records = []
-    for position, _ in iter_batch_headers(data):
-        records += decode_batch(data, position)[1]
     assert sum(h.size_bytes for _, h in iter_batch_headers(data)) == len(data), "whole batches"
-    return records
+    return records_in(log.tp, data)
 
 
 def open_log(
     directory: Path, config: LogConfig = SMALL, clock: Clock | None = None
 ) -> PartitionLog:
-    return PartitionLog.open(directory, config, recovery_point=0, now_ms=clock or Clock())
+    return PartitionLog.open(directory, TP, config, recovery_point=0, now_ms=clock or Clock())
 
 
 @pytest.fixture
@@ -291,7 +290,7 @@ def test_flush_ms_flushes_when_due(tmp_path: Path) -> None:
 def test_a_roll_makes_the_sealed_segment_durable_in_the_background(tmp_path: Path) -> None:
     with ThreadPoolExecutor(1) as executor:
         log = PartitionLog.open(
-            tmp_path / "t-0", SMALL, recovery_point=0, now_ms=Clock(), flush_executor=executor
+            tmp_path / "t-0", TP, SMALL, recovery_point=0, now_ms=Clock(), flush_executor=executor
         )
         fill(log, 40)
         executor.submit(lambda: None).result()  # runs after every queued segment fsync
@@ -381,6 +380,8 @@ def test_a_full_disk_leaves_the_log_consistent(tiny_tmpfs: Path) -> None:
     append(log, batch([b"after"]))
     assert_consistent(log, [*values, b"after"])
     log.close()
-    reopened = PartitionLog.open(log.directory, LogConfig(), recovery_point=None, now_ms=Clock())
+    reopened = PartitionLog.open(
+        log.directory, log.tp, LogConfig(), recovery_point=None, now_ms=Clock()
+    )
     assert_consistent(reopened, [*values, b"after"])
     reopened.close()

@@ -19,14 +19,16 @@ from riverbed.hot.storage.producer_state import (
     snapshot_files,
 )
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.protocol.record_types import TopicPartition
 from riverbed.protocol.records import (
     BatchHeader,
-    decode_batch,
     encode_batch,
-    iter_batch_headers,
     validate_records,
 )
 
+from tests.support.batches import records_in
+
+TP = TopicPartition("t", 0)
 SMALL = LogConfig(segment_bytes=2048, index_interval_bytes=150)
 NOW_MS = 1_000_000
 
@@ -65,7 +67,7 @@ def open_log(
     directory: Path, recovery_point: int | None = 0, config: LogConfig = SMALL
 ) -> PartitionLog:
     return PartitionLog.open(
-        directory, config, recovery_point=recovery_point, now_ms=lambda: NOW_MS
+        directory, TP, config, recovery_point=recovery_point, now_ms=lambda: NOW_MS
     )
 
 
@@ -81,8 +83,7 @@ def read_all(log: PartitionLog) -> list[tuple[int, bytes]]:
             data = os.pread(region.fd, region.size, region.position)
         finally:
             region.close()
-        for position, _ in iter_batch_headers(data):
-            found += [(r.offset, r.value or b"") for r in decode_batch(data, position)[1]]
+        found += [(r.offset, r.value or b"") for r in records_in(log.tp, data)]
         offset = found[-1][0] + 1
     return found
 

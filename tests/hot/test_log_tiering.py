@@ -15,9 +15,10 @@ import pytest
 from riverbed.hot.storage.log import PartitionLog, SealedBatches
 from riverbed.hot.storage.segment import DELETED_SUFFIX, SEGMENT_SUFFIXES
 from riverbed.protocol.errors import ErrorCode, KafkaError
-from riverbed.protocol.records import decode_batch, iter_batch_headers
+from riverbed.protocol.records import iter_batch_headers
 
-from tests.hot.test_log import SMALL, Clock, append, batch, fill, open_log, read_records
+from tests.hot.test_log import SMALL, TP, Clock, append, batch, fill, open_log, read_records
+from tests.support.batches import records_in
 
 
 @pytest.fixture
@@ -48,8 +49,7 @@ def test_sealed_batches_walk_the_sealed_segments_without_gap_up_to_the_high_wate
         headers = [h for _, h in iter_batch_headers(data)]
         assert sum(h.size_bytes for h in headers) == len(data)  # whole batches
         assert headers[-1].last_offset <= found.last_offset
-        for position, _ in iter_batch_headers(data):
-            values_seen += [r.value for r in decode_batch(data, position)[1]]
+        values_seen += [r.value for r in records_in(log.tp, data)]
         offset = found.last_offset + 1
     # everything but the active segment was handed out, in order
     assert offset == stats[-1].base_offset
@@ -128,7 +128,7 @@ def held(tmp_path: Path) -> Iterator[HeldLog]:
     executor, release = ThreadPoolExecutor(1), threading.Event()
     executor.submit(release.wait)
     log = PartitionLog.open(
-        tmp_path / "t-0", SMALL, recovery_point=0, now_ms=Clock(), flush_executor=executor
+        tmp_path / "t-0", TP, SMALL, recovery_point=0, now_ms=Clock(), flush_executor=executor
     )
     values = fill(log, 100)
     log.update_high_watermark(log.log_end_offset)

@@ -14,6 +14,7 @@ from riverbed.hot.storage.log import LogConfig, PartitionLog
 from riverbed.hot.storage.producer_state import ProducerStateManager
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.messages import ProduceResponse
+from riverbed.protocol.record_types import TopicPartition
 
 from tests.support.virtual_time import virtual_time
 
@@ -29,9 +30,12 @@ def partitions(tmp_path: Path) -> Iterator[Callable[..., Partition]]:
 
     def make(name: str, *, under_min_isr: bool = False) -> Partition:
         topic, index = name.rsplit("-", 1)
-        log = PartitionLog.open(tmp_path / name, LogConfig(), recovery_point=None, now_ms=lambda: 0)
+        tp = TopicPartition(topic, int(index))
+        log = PartitionLog.open(
+            tmp_path / name, tp, LogConfig(), recovery_point=None, now_ms=lambda: 0
+        )
         logs.append(log)
-        partition = Partition(topic, int(index), log, ProducerStateManager(), BROKER_ID)
+        partition = Partition(*tp, log, ProducerStateManager(), BROKER_ID)
         isr = frozenset({BROKER_ID} if under_min_isr else {BROKER_ID, BROKER_ID + 1})
         partition.become_leader(0, (BROKER_ID, BROKER_ID + 1), isr, state_version=0, now_ms=0)
         partition.min_insync_replicas = MIN_INSYNC_REPLICAS

@@ -20,6 +20,7 @@ from riverbed.hot.storage.producer_state import (
     snapshot_path,
 )
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.protocol.record_types import TopicPartition
 from riverbed.protocol.records import BatchHeader, encode_batch, validate_records
 
 PID = 4000
@@ -230,7 +231,9 @@ def produce(log: PartitionLog, state: ProducerStateManager, data: bytes) -> int 
 
 
 def open_log(directory: Path) -> PartitionLog:
-    return PartitionLog.open(directory, SMALL, recovery_point=None, now_ms=lambda: 1_000)
+    return PartitionLog.open(
+        directory, TopicPartition("t", 0), SMALL, recovery_point=None, now_ms=lambda: 1_000
+    )
 
 
 def test_batch_headers_reads_every_segment_from_an_offset(tmp_path: Path) -> None:

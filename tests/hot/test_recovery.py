@@ -20,13 +20,12 @@ from riverbed.hot.storage.log_manager import (
     LogManager,
     parse_partition_dir,
 )
-from riverbed.protocol.records import (
-    decode_batch,
-    encode_batch,
-    iter_batch_headers,
-    validate_records,
-)
+from riverbed.protocol.record_types import TopicPartition
+from riverbed.protocol.records import encode_batch, iter_batch_headers, validate_records
 
+from tests.support.batches import records_in
+
+TP = TopicPartition("t", 0)
 CONFIG = LogConfig(segment_bytes=4096, index_interval_bytes=200)
 
 
@@ -43,7 +42,7 @@ def append_values(log: PartitionLog, values: list[bytes]) -> None:
 
 def write_log(directory: Path, batches: int) -> list[bytes]:
     """A closed log of `batches` batches (several segments); returns its values in order."""
-    log = PartitionLog.open(directory, CONFIG, recovery_point=0, now_ms=now_ms)
+    log = PartitionLog.open(directory, TP, CONFIG, recovery_point=0, now_ms=now_ms)
     values: list[bytes] = []
     for i in range(batches):
         batch_values = [f"{i}:{j}".encode() * 20 for j in range(1 + i % 4)]
@@ -61,8 +60,7 @@ def all_values(log: PartitionLog) -> list[bytes]:
         region = result.region
         data = os.pread(region.fd, region.size, region.position)
         region.close()
-        for position, _ in iter_batch_headers(data):
-            values += [record.value or b"" for record in decode_batch(data, position)[1]]
+        values += [record.value or b"" for record in records_in(log.tp, data)]
     return values
 
 
@@ -71,7 +69,7 @@ def active_segment(directory: Path) -> Path:
 
 
 def reopen(directory: Path, recovery_point: int | None) -> PartitionLog:
-    return PartitionLog.open(directory, CONFIG, recovery_point=recovery_point, now_ms=now_ms)
+    return PartitionLog.open(directory, TP, CONFIG, recovery_point=recovery_point, now_ms=now_ms)
 
 
 def assert_recovered_to(log: PartitionLog, values: list[bytes]) -> None:

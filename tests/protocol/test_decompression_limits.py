@@ -27,7 +27,12 @@ from riverbed.protocol.compression import (
     decompress,
 )
 from riverbed.protocol.errors import ErrorCode
-from riverbed.protocol.records import CorruptRecordError, decode_batch, validate_records
+from riverbed.protocol.records import (
+    CorruptRecordError,
+    decode_batch,
+    parse_batch_header,
+    validate_records,
+)
 
 from tools.fuzz.targets import build_batch
 
@@ -138,10 +143,11 @@ def test_a_bomb_in_a_produced_batch_is_refused_wherever_it_is_decoded() -> None:
     batch = build_batch(header_fields, zstd_bomb(1 << 30), CompressionType.ZSTD, False)
     assert len(validate_records(memoryview(bytearray(batch)), max_message_bytes=MIB)) == 1
 
+    tp, header = TopicPartition("t", 0), parse_batch_header(batch)
     with pytest.raises(CorruptRecordError) as refused:
-        decode_batch(batch)
+        decode_batch(tp, batch, 0, header)
     assert refused.value.code == ErrorCode.CORRUPT_MESSAGE
-    assert traced_peak(lambda: decode_batch(batch)) < 4 * MIB
+    assert traced_peak(lambda: decode_batch(tp, batch, 0, header)) < 4 * MIB
 
     fetch = PartitionFetch(TopicPartition("t", 0), batch, 0, 0)
     with pytest.raises(CorruptRecordError) as refused:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import pytest
+from riverbed.hot.storage.compaction import batch_keys
 from riverbed.protocol.codec import (
     REQUEST_ARRAY_ELEMENTS_MAX,
     api_specs,
@@ -35,7 +36,7 @@ from riverbed.protocol.connection import (
 from riverbed.protocol.data_messages import ConsumerProtocolSubscription
 from riverbed.protocol.errors import ProtocolDecodeError
 from riverbed.protocol.messages import REQUEST_CLASSES, FetchRequest
-from riverbed.protocol.records import CompressionType, CorruptRecordError, decode_batch
+from riverbed.protocol.records import CompressionType, CorruptRecordError, parse_batch_header
 from riverbed.protocol.schema import FieldSpec
 from riverbed.protocol.versioned import decode_consumer_protocol
 
@@ -210,8 +211,12 @@ def test_a_records_count_past_the_section_allocates_nothing(codec: CompressionTy
         fields = struct.pack(">qiibIhiqqqhii", 0, 0, 0, 2, 0, 0, 0, 0, 0, -1, -1, -1, records_count)
         return build_batch(fields, b"\x10\x00\x00\x00\x02k\x02v\x00", codec, True)
 
+    def cleaner_keys(batch: bytes) -> object:
+        return batch_keys(batch, parse_batch_header(batch))
+
     honest, lying = batch(1), batch(0x7FFFFFFF)
-    for decode in (decode_batch, check_fetched_records):
+    # The consumer's and the broker's decoder (one: decode_batch), and the log cleaner's reader.
+    for decode in (check_fetched_records, cleaner_keys):
         decode(honest)  # warm up
         allowed = traced_peak(lambda decode=decode: decode(honest)) + LYING_PREFIX_BYTES_MAX  # type: ignore[misc]
         assert traced_peak(lambda decode=decode: decode(lying)) <= allowed  # type: ignore[misc]

@@ -3,9 +3,9 @@
 - Produce (tools.fuzz.targets.check_produced_records): header and CRC validation, then the
   in-place offset and LogAppendTime rewrites. Any bytes are accepted with every byte in whole,
   CRC-intact batches that stay intact after the rewrites, or refused with the code Kafka uses.
-- Fetch (check_fetched_records, check_batch_decoders): the consumer's compiled decoder, the
-  broker's Python decode_batch and the log cleaner's key reader, for every codec: records in
-  offset order, or CORRUPT_MESSAGE; the three accept the same batches and agree on them.
+- Fetch (check_fetched_records, check_batch_decoders): the compiled decoder (the consumer's and
+  the broker's), the tests' Python oracle and the log cleaner's key reader, for every codec:
+  records in offset order, or CORRUPT_MESSAGE; the three accept the same batches and agree.
 
 Inputs: valid batches (every codec, transactional or not, LogAppendTime or not) with header
 fields set to lying values, truncated, extended or bit-flipped; records sections edited and

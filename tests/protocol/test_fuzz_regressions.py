@@ -19,7 +19,9 @@ from riverbed.protocol.records import (
     validate_records,
 )
 
+from tests.support.reference_decoder import reference_decode
 from tools.fuzz.targets import (
+    FUZZ_TP,
     build_batch,
     check_batch_decoders,
     check_fetched_records,
@@ -53,10 +55,11 @@ def record(timestamp_delta: bytes = b"\x00", offset_delta: bytes = b"\x00") -> b
 
 
 # check_batch_decoders (the differential oracle of the records target), on hand-built records
-# with extreme deltas: decode_batch (the broker's decoder: ListOffsets by time, the group log)
-# accepted records the consumer's compiled decoder refuses, handing the broker an offset or a
-# timestamp past int64 that no response can carry (encoding it raises, and the connection that
-# asked is closed). The Python decoder now checks what records_fast checks.
+# with extreme deltas: the broker's decoder (ListOffsets by time, the group log), then a Python
+# twin of the consumer's compiled one, accepted records the compiled one refuses, handing the
+# broker an offset or a timestamp past int64 that no response can carry (encoding it raises, and
+# the connection that asked is closed). The broker now decodes with the compiled decoder too;
+# the Python one is the tests' oracle and checks what it checks.
 PAST_THEIR_TYPE = {
     "offsetDelta past int32": record(offset_delta=zigzag(1 << 31)),
     "offsetDelta below int32": record(offset_delta=zigzag(-(1 << 31) - 1)),
@@ -71,8 +74,10 @@ def test_decode_batch_refuses_values_past_their_type(section: bytes) -> None:
     # The produce path reads headers only: the broker stores such a batch.
     assert validate_records(memoryview(bytearray(batch)), 1 << 20)
     with pytest.raises(CorruptRecordError) as refused:
-        decode_batch(batch)
+        decode_batch(FUZZ_TP, batch, 0, parse_batch_header(batch))
     assert refused.value.code == ErrorCode.CORRUPT_MESSAGE
+    with pytest.raises(CorruptRecordError):
+        reference_decode(FUZZ_TP, batch)
     assert check_batch_decoders(batch) is False
     assert check_fetched_records(batch) == 0
 
@@ -83,7 +88,7 @@ def test_the_largest_values_that_fit_still_decode() -> None:
     )
     fields = header_fields(last_offset_delta=INT32_MAX)
     batch = build_batch(fields, section, CompressionType.NONE, compress_section=False)
-    [decoded] = decode_batch(batch)[1]
+    [decoded] = decode_batch(FUZZ_TP, batch, 0, parse_batch_header(batch))
     assert (decoded.offset, decoded.timestamp_ms) == ((1 << 31) - 1, (1 << 63) - 1)
     assert check_batch_decoders(batch) is True
 
@@ -124,7 +129,7 @@ def test_offsets_out_of_order_are_refused_by_every_decoder(
     batch = build_batch(fields, section, CompressionType.NONE, compress_section=False)
     assert validate_records(memoryview(bytearray(batch)), 1 << 20)  # stored as it is
     with pytest.raises(CorruptRecordError, match="offset"):
-        decode_batch(batch)
+        reference_decode(FUZZ_TP, batch)
     with pytest.raises(CorruptRecordError, match="offset"):
         PartitionFetch(TopicPartition("t", 0), batch, 0, 0).take(1)
     with pytest.raises(CorruptRecordError, match="offset"):

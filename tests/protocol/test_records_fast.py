@@ -1,10 +1,10 @@
-"""The compiled record loops: decode_records agrees with decode_batch and refuses bad bytes
-without crashing; append_records writes what decode_batch reads back.
+"""The compiled record loops: decode_records agrees with the tests' oracle and refuses bad bytes
+without crashing; append_records writes what the oracle reads back.
 
-The reference is `riverbed.protocol.records.decode_batch` (pure Python, independent code). The
-compiled decoder reads bytes from the network in C, so besides agreeing on well-formed batches
-it must answer every truncation, corruption and random buffer with CorruptRecordError or records,
-never a crash, another exception or a leak.
+The oracle is tests/support/reference_decoder.py (pure Python, independent code). The compiled
+decoder reads bytes from the network in C, so besides agreeing on well-formed batches it must
+answer every truncation, corruption and random buffer with CorruptRecordError or records, never
+a crash, another exception or a leak.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import gc
 import random
 import struct
 import tracemalloc
-from collections.abc import Sequence
 
 import crc32c
 import pytest
@@ -38,14 +37,14 @@ from riverbed.protocol.records import (
     CompressionType,
     CorruptRecordError,
     RecordInput,
-    decode_batch,
     encode_batch,
     parse_batch_header,
 )
-from riverbed.protocol.records import Record as ReferenceRecord
 from riverbed.protocol.records_fast import append_records, decode_records
+from riverbed.protocol.records_header import TIMESTAMP_TYPE_MASK
 
 from tests.support.guarded_buffer import GuardedBuffer
+from tests.support.reference_decoder import reference_decode
 
 TP = TopicPartition("topic", 7)
 INT64_MIN = -(1 << 63)
@@ -77,12 +76,8 @@ def _compiled(batch: bytes, skip_below: int = NO_SKIP) -> list[Record]:
     return decode_records(TP, header, _section(header, batch), skip_below)
 
 
-def _as_reference(records: Sequence[Record]) -> list[ReferenceRecord]:
-    return [ReferenceRecord(r.offset, r.timestamp_ms, r.key, r.value, r.headers) for r in records]
-
-
-def _reference(batch: bytes) -> list[ReferenceRecord]:
-    return decode_batch(batch)[1]
+def _reference(batch: bytes) -> list[Record]:
+    return reference_decode(TP, batch)
 
 
 def _rebatch(batch: bytes, section: bytes, records_count: int | None = None) -> bytes:
@@ -112,7 +107,7 @@ def _agree(batch: bytes) -> None:
             _compiled(batch)
         assert raised.value.code == ErrorCode.CORRUPT_MESSAGE
         return
-    assert _as_reference(_compiled(batch)) == expected
+    assert _compiled(batch) == expected
 
 
 @settings(max_examples=200, deadline=None)
@@ -123,7 +118,7 @@ def _agree(batch: bytes) -> None:
     compression=st.sampled_from(CompressionType),
     timestamp_type=st.sampled_from([0, 1]),
 )
-def test_agrees_with_decode_batch(
+def test_agrees_with_the_oracle(
     records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]],
     base_timestamp: int,
     base_offset: int,
@@ -138,7 +133,7 @@ def test_agrees_with_decode_batch(
         timestamp_type=timestamp_type,
     )
     decoded = _compiled(batch)
-    assert _as_reference(decoded) == _reference(batch)
+    assert decoded == _reference(batch)
     for record in decoded:
         assert type(record) is Record
         assert (record.topic, record.partition) == TP
@@ -158,7 +153,7 @@ def test_records_below_skip_below_are_left_out(
 ) -> None:
     batch = encode_batch(_inputs(records or [(None, b"", [], 0)], 0), base_offset=base_offset)
     expected = [record for record in _reference(batch) if record.offset >= skip]
-    assert _as_reference(_compiled(batch, skip_below=skip)) == expected
+    assert _compiled(batch, skip_below=skip) == expected
 
 
 def test_records_are_frozen_untracked_dataclasses_equal_to_built_ones() -> None:
@@ -201,7 +196,7 @@ def _batch_of(
 @pytest.mark.parametrize("offset_delta", [0, 1, 1 << 20, INT32_MAX])
 def test_offset_deltas_across_int32(offset_delta: int) -> None:
     batch = _batch_of(_record(offset_delta), 1, base_offset=1 << 40, last_offset_delta=INT32_MAX)
-    assert _as_reference(_compiled(batch)) == _reference(batch)
+    assert _compiled(batch) == _reference(batch)
 
 
 @pytest.mark.parametrize(
@@ -251,6 +246,19 @@ def test_timestamp_overflow_is_refused() -> None:
     section = _section(header, batch)
     with pytest.raises(CorruptRecordError):
         decode_records(TP, dataclasses.replace(header, base_timestamp=1), section, 0)
+
+
+def test_a_record_left_out_by_skip_below_is_still_checked() -> None:
+    """A timestamp past int64 refuses the batch whatever offset the reader starts from, as the
+    oracle (which has no skip_below) refuses it: it used to be checked on kept records only."""
+    section = _record(0, timestamp_delta=INT64_MAX) + _record(1)
+    header = parse_batch_header(_batch_of(section, 2, last_offset_delta=1))
+    header = dataclasses.replace(header, base_timestamp=1)
+    with pytest.raises(CorruptRecordError, match="timestamp overflows"):
+        decode_records(TP, header, section, 1)
+    # Under LogAppendTime every record's timestamp is the batch's: the delta is not used.
+    appended = dataclasses.replace(header, attributes=TIMESTAMP_TYPE_MASK)
+    assert [r.offset for r in decode_records(TP, appended, section, 1)] == [1]
 
 
 @pytest.mark.parametrize(
@@ -422,7 +430,7 @@ def _appended_batch(records: list[RecordInput]) -> tuple[bytes, int]:
 
 @settings(max_examples=200, deadline=None)
 @given(records=record_lists, base_timestamp=base_timestamps)
-def test_append_records_round_trips_through_decode_batch(
+def test_append_records_round_trips_through_the_oracle(
     records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]],
     base_timestamp: int,
 ) -> None:
@@ -430,7 +438,7 @@ def test_append_records_round_trips_through_decode_batch(
     batch, max_timestamp = _appended_batch(inputs)
     assert max_timestamp == max(timestamp_ms for *_, timestamp_ms in inputs)
     assert _reference(batch) == [
-        ReferenceRecord(delta, timestamp_ms, key, value, tuple(headers))
+        Record(*TP, delta, timestamp_ms, 0, key, value, tuple(headers))
         for delta, (key, value, headers, timestamp_ms) in enumerate(inputs)
     ]
 

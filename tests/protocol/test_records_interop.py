@@ -12,12 +12,15 @@ import pytest
 from aiokafka.record import default_records as aiokafka_records
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from riverbed.protocol.record_types import TopicPartition
 from riverbed.protocol.records import (
+    TIMESTAMP_TYPE_CREATE_TIME,
     CompressionType,
     Record,
     RecordInput,
     decode_batch,
     encode_batch,
+    parse_batch_header,
     validate_records,
 )
 
@@ -27,6 +30,7 @@ with warnings.catch_warnings():
     from kafka.record import default_records as kafka_python_records
 
 LIBRARIES = {"aiokafka": aiokafka_records, "kafka-python": kafka_python_records}
+TP = TopicPartition("interop", 0)
 
 fields = st.none() | st.binary(max_size=300)
 record_inputs = st.lists(
@@ -58,7 +62,9 @@ def _theirs_build(library: Any, records: list[RecordInput], codec: CompressionTy
 
 def _theirs_read(library: Any, batch: bytes) -> list[Record]:
     return [
-        Record(r.offset, r.timestamp, r.key, r.value, tuple(r.headers))
+        Record(
+            *TP, r.offset, r.timestamp, TIMESTAMP_TYPE_CREATE_TIME, r.key, r.value, tuple(r.headers)
+        )
         for r in library.DefaultRecordBatch(batch)
     ]
 
@@ -74,7 +80,7 @@ def _check(
 ) -> None:
     batch = write(records)
     assert read(batch) == [
-        Record(offset, timestamp_ms, key, value, tuple(headers))
+        Record(*TP, offset, timestamp_ms, TIMESTAMP_TYPE_CREATE_TIME, key, value, tuple(headers))
         for offset, (key, value, headers, timestamp_ms) in enumerate(records)
     ]
 
@@ -90,7 +96,7 @@ def test_their_batches_decode_with_ours(
         validate_records(memoryview(batch), len(batch))
         return batch
 
-    _check(records, write, lambda batch: decode_batch(batch)[1])
+    _check(records, write, lambda batch: decode_batch(TP, batch, 0, parse_batch_header(batch)))
 
 
 @pytest.mark.parametrize(("library", "codec"), _interop_cases())

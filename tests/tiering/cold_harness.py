@@ -22,9 +22,8 @@ from riverbed.hot.storage.cleaner import CleanerSettings, clean_log
 from riverbed.hot.storage.log import LogConfig, PartitionLog
 from riverbed.hot.storage.producer_state import ProducerStateManager
 from riverbed.protocol.compression import CompressionType
+from riverbed.protocol.record_types import Record, TopicPartition
 from riverbed.protocol.records import (
-    Record,
-    decode_batch,
     encode_batch,
     iter_batch_headers,
     validate_records,
@@ -32,6 +31,8 @@ from riverbed.protocol.records import (
 from riverbed.tiering.cold_compactor import ColdCompactionResult
 from riverbed.tiering.manifest import Manifest
 from riverbed.tiering.service import TieredStorage
+
+from tests.support.batches import records_in
 
 NOW_MS = 10_000_000
 DELETE_RETENTION_MS = 100_000
@@ -164,7 +165,11 @@ class TieredPartition:
     def _open_log(self) -> PartitionLog:
         config = LogConfig(segment_bytes=SEGMENT_BYTES, index_interval_bytes=100)
         log = PartitionLog.open(
-            self.root / "data" / f"{TOPIC}-0", config, recovery_point=None, now_ms=lambda: NOW_MS
+            self.root / "data" / f"{TOPIC}-0",
+            TopicPartition(TOPIC, 0),
+            config,
+            recovery_point=None,
+            now_ms=lambda: NOW_MS,
         )
         log.update_high_watermark(log.log_end_offset)
         return log
@@ -235,12 +240,7 @@ class TieredPartition:
             data = await self._fetch(offset)
             assert data, f"an empty answer at offset {offset}: a consumer would be stuck"
             batches = list(iter_batch_headers(data))
-            records += [
-                r
-                for position, _ in batches
-                for r in decode_batch(data, position)[1]
-                if r.offset >= offset
-            ]
+            records += [r for r in records_in(self.log.tp, data) if r.offset >= offset]
             offset = batches[-1][1].last_offset + 1
         return records
 

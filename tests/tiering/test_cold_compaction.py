@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from riverbed.configs import MAP_ENTRY_OVERHEAD_BYTES, BrokerConfig, topic_config
 from riverbed.protocol.compression import CompressionType
+from riverbed.protocol.record_types import TopicPartition
 from riverbed.protocol.records import (
     batch_crc_ok,
     decode_batch,
@@ -233,7 +234,7 @@ def test_a_rewritten_group_keeps_exactly_the_rows_that_stay_in_valid_batches(
     assert (header.last_offset_delta, header.records_count) == (2, 2)
     assert batch_crc_ok(data, position, header)
     assert parse_batch_header(second).base_timestamp == header.base_timestamp
-    records = decode_batch(data, position)[1]
+    records = decode_batch(TopicPartition("k", 0), data, position, header)
     assert [(r.offset, r.key, r.value) for r in records] == [(3, b"a", b"3"), (5, b"d", None)]
     # What the object records as the batch's size is what a cold read sends.
     table = pq.read_table(out)

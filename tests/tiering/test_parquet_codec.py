@@ -29,6 +29,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from riverbed.protocol.compression import CompressionType
+from riverbed.protocol.record_types import TopicPartition
 from riverbed.protocol.records import (
     ATTRIBUTES_POSITION,
     CRC_POSITION,
@@ -36,7 +37,6 @@ from riverbed.protocol.records import (
     BatchHeader,
     CorruptRecordError,
     RecordInput,
-    decode_batch,
     encode_batch,
     iter_batch_headers,
     parse_batch_header,
@@ -53,8 +53,10 @@ from riverbed.tiering.parquet_codec import (
     segment_to_parquet,
 )
 
+from tests.support.batches import records_in
 from tests.support.broker import BrokerFactory
 
+TP = TopicPartition("tiered", 0)
 BASE_TIMESTAMP_MS = 1_700_000_000_000
 EVERYTHING = 1 << 40  # a max_bytes no test segment reaches
 CODECS = list(CompressionType)
@@ -113,10 +115,10 @@ def headers_of(data: bytes) -> list[BatchHeader]:
 
 
 def records_of(data: bytes) -> list[tuple[object, ...]]:
+    """(offset, timestamp, key, value, headers) of each record of `data`'s whole batches."""
     return [
-        record
-        for position, _ in iter_batch_headers(data)
-        for record in decode_batch(data, position)[1]
+        (record.offset, record.timestamp_ms, record.key, record.value, record.headers)
+        for record in records_in(TP, data)
     ]
 
 

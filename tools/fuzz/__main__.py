@@ -10,8 +10,10 @@ the run and leaves its input in `<workdir>/crashes/<target>/`; replay one with
 `python -m tools.fuzz <target> <workdir>/crashes/<target>/crash-...`, then turn it into a
 regression test (tests/protocol/test_fuzz_regressions.py).
 
-Only Python code is instrumented for coverage (riverbed.*): the compiled record decoder
-(records_fast) is exercised, and its crashes caught, but libFuzzer does not see its branches.
+Only Python code is instrumented for coverage (riverbed.*, and the tests' record oracle): the
+compiled record decoder (records_fast) is exercised, and its crashes caught, but libFuzzer does
+not see its branches; it sees the oracle's, which reads the same format field by field, so the
+records target still finds its way into records.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from typing import Final
 import atheris
 
 # Everything of ours is imported inside this block, so that all of it is instrumented.
-with atheris.instrument_imports(include=["riverbed", "tools.fuzz"]):
+with atheris.instrument_imports(
+    include=["riverbed", "tools.fuzz", "tests.support.reference_decoder"]
+):
     from riverbed.protocol.records_header import RECORDS_POSITION
 
     from tools.fuzz import corpus, targets

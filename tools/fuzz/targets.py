@@ -14,8 +14,9 @@ lets an unexpected exception through) when the outcome is not one of the documen
   KafkaError with the code a Kafka broker answers (CORRUPT_MESSAGE, INVALID_RECORD,
   MESSAGE_TOO_LARGE, UNSUPPORTED_FOR_MESSAGE_FORMAT).
 - fetched records (`check_fetched_records`, `check_batch_decoders`): records in offset order, or
-  CorruptRecordError; the Python decoder (`decode_batch`), the compiled one (the consumer's) and
-  the log cleaner's key reader accept exactly the same batches and agree on every record.
+  CorruptRecordError; the decoder (`decode_batch`, compiled: the consumer's and the broker's),
+  the tests' Python oracle (tests/support/reference_decoder.py) and the log cleaner's key reader
+  accept exactly the same batches and agree on every record.
 
 `fuzz_*` functions adapt one flat byte string to each oracle (for atheris, which hands out
 bytes): the first bytes choose the chunking, the API version or the batch's codec.
@@ -28,7 +29,7 @@ from collections.abc import Iterable
 from typing import Any, Final
 
 import crc32c
-from riverbed.client.fetched_records import ALL_OFFSETS, PartitionFetch, _decode_batch
+from riverbed.client.fetched_records import PartitionFetch
 from riverbed.hot.storage.compaction import batch_keys
 from riverbed.protocol.codec import (
     api_specs,
@@ -67,6 +68,7 @@ from riverbed.protocol.records import (
 )
 from riverbed.protocol.records_header import HEADER_STRUCT
 
+from tests.support.reference_decoder import reference_decode
 from tools.fuzz.corpus import advertised_versions, sample_requests
 
 # What a produce request's records may be refused with (Kafka's codes for the same faults).
@@ -277,26 +279,24 @@ def check_fetched_records(data: bytes, fetch_offset: int = 0, read_committed: bo
 
 
 def check_batch_decoders(batch: bytes) -> bool:
-    """The three decoders of the first batch of `batch` agree: the Python one (`decode_batch`),
-    the consumer's compiled one, and the log cleaner's key reader. Returns whether they accepted
-    it."""
+    """The three decoders of the first batch of `batch` agree: the tests' Python oracle, the
+    compiled one (`decode_batch`), and the log cleaner's key reader. Returns whether they
+    accepted it."""
     try:
         header = parse_batch_header(batch)
     except CorruptRecordError as error:
         assert error.code in FETCH_REJECTIONS
         return False
     batch = batch[: header.size_bytes]  # the cleaner takes exactly one batch
-    python = _outcome(lambda: decode_batch(batch)[1])
-    compiled = _outcome(lambda: _decode_batch(FUZZ_TP, batch, 0, header, True, ALL_OFFSETS))
+    python = _outcome(lambda: reference_decode(FUZZ_TP, batch))
+    compiled = _outcome(lambda: decode_batch(FUZZ_TP, batch, 0, header))
     if isinstance(python, CorruptRecordError) or isinstance(compiled, CorruptRecordError):
         assert isinstance(python, CorruptRecordError), (
             f"only the compiled decoder refused: {compiled}"
         )
-        assert isinstance(compiled, CorruptRecordError), f"only decode_batch refused: {python}"
+        assert isinstance(compiled, CorruptRecordError), f"only the oracle refused: {python}"
         return False
-    assert [(r.offset, r.timestamp_ms, r.key, r.value, r.headers) for r in python] == [
-        (r.offset, r.timestamp_ms, r.key, r.value, r.headers) for r in compiled
-    ]
+    assert python == compiled
     if not header.is_control:  # the cleaner keeps control batches whole, unread
         keys = _outcome(lambda: batch_keys(batch, header))
         assert not isinstance(keys, CorruptRecordError), f"only the cleaner refused: {keys}"

@@ -33,6 +33,7 @@ from riverbed.protocol.records import (
     CorruptRecordError,
     decode_batch,
     encode_batch,
+    parse_batch_header,
     validate_records,
 )
 from riverbed.protocol.versioned import (
@@ -203,11 +204,13 @@ async def load(partition: Partition) -> LoadedPartition:
 
 def _replay(data: memoryview, loaded: LoadedPartition, partition: Partition) -> int:
     """Apply the whole batches in `data`; return the offset after the last one."""
+    tp = TopicPartition(partition.topic, partition.index)
     position = 0
     next_offset = -1
     while position < len(data):
         try:
-            header, records = decode_batch(data, position)
+            header = parse_batch_header(data, position)
+            records = decode_batch(tp, data, position, header)
         except CorruptRecordError:
             break  # a batch cut by the region's end (the next read starts at it)
         position += header.size_bytes

@@ -59,7 +59,8 @@ from riverbed.hot.storage.segment import (
     TornSegmentError,
 )
 from riverbed.protocol.errors import ErrorCode, KafkaError
-from riverbed.protocol.records import BatchHeader, Record, assign_offsets, decode_batch
+from riverbed.protocol.record_types import Record, TopicPartition
+from riverbed.protocol.records import BatchHeader, assign_offsets, decode_batch
 from riverbed.protocol.regions import FileRegion
 
 log = logging.getLogger(__name__)
@@ -174,12 +175,14 @@ class PartitionLog:
     def __init__(
         self,
         directory: Path,
+        tp: TopicPartition,
         config: LogConfig,
         segments: list[LogSegment],
         now_ms: Callable[[], int],
         flush_executor: Executor | None,
     ) -> None:
         self._directory = directory
+        self.tp = tp  # the partition whose log this is: it names the records read back
         self.config = config
         self._segments = segments
         self._now_ms = now_ms
@@ -209,13 +212,14 @@ class PartitionLog:
     def open(
         cls,
         directory: Path,
+        tp: TopicPartition,
         config: LogConfig,
         *,
         recovery_point: int | None,
         now_ms: Callable[[], int],
         flush_executor: Executor | None = None,
     ) -> PartitionLog:
-        """Open (or create) the log in `directory`.
+        """Open (or create) the log of partition `tp` in `directory`.
 
         Startup cost does not grow with the log: files are listed, and only the active segment's
         index tail is read to find the LEO. If `recovery_point` is None (unknown) or data exists
@@ -229,7 +233,7 @@ class PartitionLog:
             fsync_dir(directory)
         for segment in segments[:-1]:
             segment.sealed = True
-        partition_log = cls(directory, config, segments, now_ms, flush_executor)
+        partition_log = cls(directory, tp, config, segments, now_ms, flush_executor)
         partition_log._load(recovery_point)
         partition_log._load_leader_epochs()
         return partition_log
@@ -690,7 +694,9 @@ class PartitionLog:
             for position, header in segment.scan(found[0]):
                 if header.max_timestamp >= target_ms:
                     record = _first_record(
+                        self.tp,
                         segment.read_batch(position, header),
+                        header,
                         lambda r: r.timestamp_ms >= target_ms and r.offset >= log_start,
                     )
                     if record is not None:
@@ -713,7 +719,10 @@ class PartitionLog:
             return None
         position, header = found
         record = _first_record(
-            segment.read_batch(position, header), lambda r: r.timestamp_ms == timestamp_ms
+            self.tp,
+            segment.read_batch(position, header),
+            header,
+            lambda r: r.timestamp_ms == timestamp_ms,
         )
         return None if record is None else TimestampAndOffset(record.offset, timestamp_ms)
 
@@ -943,14 +952,8 @@ class PartitionLog:
         return f"log {self._directory.name}"
 
     def event_fields(self) -> dict[str, str | int]:
-        """Log event fields naming the partition: from a `<topic>-<partition>` directory (what
-        brokers use), else the directory's name."""
-        topic, _, index = self._directory.name.rpartition("-")
-        return (
-            {"topic": topic, "partition": int(index)}
-            if index.isdigit() and topic
-            else {"log": self._directory.name}
-        )
+        """Log event fields naming the partition."""
+        return {"topic": self.tp.topic, "partition": self.tp.partition}
 
 
 def _load_truncated_before(directory: Path) -> int:
@@ -1025,6 +1028,10 @@ def _offset_order_problem(
     return None
 
 
-def _first_record(batch: bytes, wanted: Callable[[Record], bool]) -> Record | None:
-    _, records = decode_batch(batch)
+def _first_record(
+    tp: TopicPartition, batch: bytes, header: BatchHeader, wanted: Callable[[Record], bool]
+) -> Record | None:
+    """The first record of `batch` (one whole batch, `header` its header) that is `wanted`.
+    Raises CorruptRecordError if the batch cannot be decoded."""
+    records = decode_batch(tp, batch, 0, header)
     return next((record for record in records if wanted(record)), None)

@@ -35,6 +35,7 @@ from riverbed.hot.storage.checkpoint import (
     write_offset_checkpoint,
 )
 from riverbed.hot.storage.log import DELETED_DIR_SUFFIX, LogConfig, PartitionLog
+from riverbed.protocol import record_types
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,10 @@ class LogManager:
                 log.warning("ignoring %s: not a <topic>-<partition> directory", child)
                 continue
             partition_log = self._open(
-                child, self._default_config, recovery_points.get(topic_partition)
+                child,
+                record_types.TopicPartition(*topic_partition),
+                self._default_config,
+                recovery_points.get(topic_partition),
             )
             high_watermark = high_watermarks.get(topic_partition)
             if high_watermark is not None:
@@ -149,9 +153,16 @@ class LogManager:
             self._logs[topic_partition] = partition_log
         return clean
 
-    def _open(self, directory: Path, config: LogConfig, recovery_point: int | None) -> PartitionLog:
+    def _open(
+        self,
+        directory: Path,
+        tp: record_types.TopicPartition,
+        config: LogConfig,
+        recovery_point: int | None,
+    ) -> PartitionLog:
         return PartitionLog.open(
             directory,
+            tp,
             config,
             recovery_point=recovery_point,
             now_ms=self._now_ms,
@@ -172,7 +183,9 @@ class LogManager:
         directory = self._data_dir / partition_dir_name(topic, partition)
         directory.mkdir()
         fsync_dir(self._data_dir)
-        partition_log = self._open(directory, config, 0)
+        partition_log = self._open(
+            directory, record_types.TopicPartition(topic, partition), config, 0
+        )
         self._logs[(topic, partition)] = partition_log
         return partition_log
 
