@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.broker import BrokerFactory, BrokerProcess, free_port
+from tests.support.broker import BrokerFactory, BrokerProcess
+from tests.support.ports import free_port
 
 CLI_TIMEOUT_S = 60
 

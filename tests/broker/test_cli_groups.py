@@ -12,7 +12,8 @@ from confluent_kafka import Producer
 from kafka import KafkaConsumer
 
 from tests.broker.test_cli import riverbed
-from tests.support.broker import BrokerFactory, BrokerProcess, free_port
+from tests.support.broker import BrokerFactory, BrokerProcess
+from tests.support.ports import free_port
 
 GROUP_SETTINGS = {
     "group.initial.rebalance.delay.ms": "0",

@@ -52,7 +52,12 @@ async def test_regions_arrive_whole_and_in_order(
     monkeypatch.setattr(loop, "sendfile", counting_sendfile)
     reader, writer, (server, client_writer) = await _connected()
     try:
-        chunks = [b"head", _region(segment, 100, region_bytes), b"mid", _region(segment, 7, 5)]
+        chunks: list[bytes | FileRegion] = [
+            b"head",
+            _region(segment, 100, region_bytes),
+            b"mid",
+            _region(segment, 7, 5),
+        ]
         received = asyncio.ensure_future(reader.readexactly(4 + region_bytes + 3 + 5))
         await write_chunks(writer, [*chunks, b"tail"])
         expected = b"head" + data[100 : 100 + region_bytes] + b"mid" + data[7:12]

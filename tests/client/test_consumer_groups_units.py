@@ -4,6 +4,7 @@ subscriptions, the OffsetCommit / OffsetFetch shapes and the group settings."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
 from riverbed.client.group.assignors import RebalanceProtocol, assignor_for
@@ -77,12 +78,13 @@ def test_a_reset_forgets_the_generation_and_keeps_the_member_id_only_when_asked(
 def test_every_transition_outside_the_table_raises(state: MemberState, event: MemberEvent) -> None:
     member = GroupMember("g", None)
     member.state = state
-    apply = {
+    events: dict[MemberEvent, Callable[[], object]] = {
         MemberEvent.JOIN_SENT: member.join_sent,
         MemberEvent.JOINED: lambda: member.joined(Generation(1, "m", "range")),
         MemberEvent.SYNCED: member.synced,
         MemberEvent.RESET: lambda: member.reset("x"),
-    }[event]
+    }
+    apply = events[event]
     target = TRANSITIONS.get((state, event))
     if target is None:
         with pytest.raises(IllegalTransitionError):

@@ -6,14 +6,14 @@ import subprocess
 import time
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 from riverbed import Admin, Producer
 
 from tests.support.broker import BrokerProcess
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 TIMEOUT_S = 30
-RECORDS = [
+RECORDS: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]] = [
     (b"k1", b"plain value", [("h", b"1")], 1_700_000_000_000),
     (None, b"\x00\xff binary \xc3\xa9", [], 1_700_000_000_001),
     (b"k2", b"", [("a", b"x"), ("a", None)], 1_700_000_000_002),
@@ -40,7 +40,7 @@ async def test_confluent_kafka_reads_what_riverbed_wrote(broker: BrokerProcess, 
         {"bootstrap.servers": broker.bootstrap, "group.id": "x", "enable.auto.commit": False}
     )
     consumer.assign([TopicPartition(topic, 0, 0)])
-    messages = []
+    messages: list[Message] = []
     deadline = time.monotonic() + TIMEOUT_S
     while len(messages) < len(RECORDS) and time.monotonic() < deadline:
         messages += [m for m in consumer.consume(10, 1.0) if m.error() is None]

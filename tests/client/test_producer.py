@@ -53,7 +53,7 @@ def stored(broker: BrokerProcess, topic: str, partition: int = 0) -> list[Stored
 def stored_records(broker: BrokerProcess, topic: str) -> list[Any]:
     data = b"".join(path.read_bytes() for path in broker.segment_files(topic, 0))
     records = MemoryRecords(data)
-    result = []
+    result: list[Any] = []
     while (batch := records.next_batch()) is not None:
         result.extend((batch, record) for record in batch)
     return result
@@ -319,6 +319,7 @@ async def test_requests_leave_in_sequence_order_while_a_connection_opens(
         if isinstance(body, ProduceRequest):
             for topic in body.topic_data:
                 for data in topic.partition_data:
+                    assert isinstance(data.records, bytes | memoryview)
                     batch = MemoryRecords(bytes(data.records)).next_batch()
                     sent_sequences.append(batch.base_sequence)
         return original_send(self, body, **kwargs)

@@ -249,7 +249,9 @@ async def test_a_stable_group_keeps_the_offsets_of_topics_it_subscribes_to(
 
     fetched = coordinator.fetch_offsets("g", [ORDERS_0, OTHER_0])
     assert fetched[OTHER_0] is None  # no longer subscribed: expired by commit time
-    assert fetched[ORDERS_0] is not None and fetched[ORDERS_0].offset == 1
+    orders = fetched[ORDERS_0]
+    assert orders is not None
+    assert orders.offset == 1
     assert coordinator.describe("g").group_state == "Stable"
 
 

@@ -45,7 +45,7 @@ async def test_a_loaded_group_is_stable_and_its_sessions_start_at_load() -> None
         membership.load("g", stored_group(session_ms=300))
         assert membership.group_state("g") is GroupState.STABLE
         assert membership.state_timestamp_ms("g") == 1_234
-        assert membership.subscribed_topics("g") == {"a", "b"}
+        assert membership.subscribed_topics("g") == frozenset({"a", "b"})
         described = membership.describe("g")
         assert [(d.member_id, d.client_host, d.member_assignment) for d in described.members] == [
             ("m-1", "/10.0.0.1", b"A"),

@@ -57,7 +57,7 @@ async def test_concurrent_joins_make_one_generation_and_syncs_hand_out_the_assig
         assert stored is not None and stored.generation == 1 and stored.leader == leader
         assert {m.member_id: m.assignment for m in stored.members} == assignments
         assert membership.group_state("g") is GroupState.STABLE
-        assert membership.subscribed_topics("g") == {"t1", "t2", "t3"}
+        assert membership.subscribed_topics("g") == frozenset({"t1", "t2", "t3"})
         described = membership.describe("g")
         assert (described.group_state, described.protocol_data) == ("Stable", "range")
         assert {m.member_id: m.member_assignment for m in described.members} == assignments

@@ -98,7 +98,7 @@ def test_a_crash_at_any_step_of_the_swap_leaves_the_log_before_or_after_the_pass
         with monkeypatch.context() as patch:
             for name in ("write_atomically", "fsync_dir"):
                 patch.setattr(cleaner_swap, name, counter.wrap(getattr(cleaner_swap, name)))
-            patch.setattr(cleaner_swap.os, "replace", counter.wrap(os.replace))
+            patch.setattr(os, "replace", counter.wrap(os.replace))
             patch.setattr(Path, "unlink", counter.wrap(Path.unlink))
             try:
                 clean_log(log, compacted(), UNLIMITED, now_ms=NOW_MS)

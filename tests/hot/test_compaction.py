@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from riverbed.configs import BrokerConfig, TopicConfig, topic_config
-from riverbed.hot.storage.cleaner import CleanerSettings, clean_log, plan_cleaning
+from riverbed.hot.storage.cleaner import CleanablePlan, CleanerSettings, clean_log, plan_cleaning
 from riverbed.hot.storage.cleaner_swap import load_first_dirty_offset
 from riverbed.hot.storage.compaction import OffsetMap, thin_batch
 from riverbed.hot.storage.log import LogConfig, PartitionLog, SegmentStats
@@ -137,13 +137,15 @@ def stats(*spec: tuple[int, int, int]) -> list[SegmentStats]:
 LOG = stats((0, 100, 1_000), (10, 100, 2_000), (20, 100, 3_000), (30, 100, 9_000), (40, 50, 9_500))
 
 
-def plan(first_dirty: int, hw: int = 10**9, now_ms: int = 10_000, **config: str):  # type: ignore[no-untyped-def]
+def plan(
+    first_dirty: int, hw: int = 10**9, now_ms: int = 10_000, config: dict[str, str] | None = None
+) -> CleanablePlan | None:
     return plan_cleaning(
         LOG,
         first_dirty_offset=first_dirty,
         high_watermark=hw,
         now_ms=now_ms,
-        config=compacted(**config),
+        config=compacted(**(config or {})),
     )
 
 
@@ -152,15 +154,17 @@ def test_the_range_ends_at_the_active_segment_the_high_watermark_and_the_compact
     assert whole is not None and (whole.end_offset, whole.dirty_ratio, whole.due) == (40, 1.0, True)
     below_hw = plan(0, hw=25)
     assert below_hw is not None and below_hw.end_offset == 20
-    lagged = plan(0, **{"min.compaction.lag.ms": "5000"})  # the segment at 30 is 1 s old
+    lagged = plan(0, config={"min.compaction.lag.ms": "5000"})  # the segment at 30 is 1 s old
     assert lagged is not None and lagged.end_offset == 30
 
 
 def test_a_pass_is_due_from_the_dirty_ratio_or_once_the_oldest_dirty_segment_is_too_old() -> None:
     quarter = plan(30)  # 100 dirty of 400 bytes
     assert quarter is not None and (quarter.dirty_ratio, quarter.due) == (0.25, False)
-    assert plan(30, **{"min.cleanable.dirty.ratio": "0.2"}).due  # type: ignore[union-attr]
-    assert plan(30, **{"max.compaction.lag.ms": "500"}).due  # type: ignore[union-attr]
+    by_ratio = plan(30, config={"min.cleanable.dirty.ratio": "0.2"})
+    assert by_ratio is not None and by_ratio.due
+    by_age = plan(30, config={"max.compaction.lag.ms": "500"})
+    assert by_age is not None and by_age.due
     assert plan(40) is None  # nothing dirty below the active segment
 
 
@@ -258,7 +262,7 @@ RECORD = st.tuples(
     # Timestamps on both sides of the delete horizon (NOW_MS - DELETE_RETENTION_MS).
     st.sampled_from([NOW_MS - 2 * DELETE_RETENTION_MS, NOW_MS - 1_000]),
 )
-STEP = st.one_of(
+STEP: st.SearchStrategy[tuple[str, list[KeyedRecord], CompressionType]] = st.one_of(
     st.tuples(
         st.just("write"),
         st.lists(RECORD, min_size=1, max_size=5),

@@ -170,7 +170,7 @@ def test_files_of_deleted_segments_left_by_a_crash_are_removed_when_the_log_open
     try:
         assert not list(crashed.glob(f"*{DELETED_SUFFIX}"))
         assert (reopened.log_start_offset, reopened.log_end_offset) == (start, len(values))
-        kept: list[bytes] = []
+        kept: list[bytes | None] = []
         while start + len(kept) < reopened.log_end_offset:  # a read stops at a segment's end
             read = read_records(reopened, start + len(kept), 1_000_000, reopened.log_end_offset)
             kept += [r.value for r in read]

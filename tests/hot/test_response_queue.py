@@ -136,7 +136,7 @@ async def test_answers_completed_together_leave_in_one_write(pair: Pair) -> None
     writes: list[bytes] = []
     real_write = pair.server_writer.write
 
-    def counted(data: bytes) -> None:
+    def counted(data: bytes | bytearray | memoryview) -> None:
         writes.append(bytes(data))
         real_write(data)
 

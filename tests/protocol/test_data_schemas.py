@@ -34,7 +34,7 @@ from riverbed.protocol.data_messages import (
     OffsetCommitValue,
 )
 from riverbed.protocol.errors import ProtocolDecodeError, ProtocolEncodeError
-from riverbed.protocol.schema import SpecError, load_data_specs, parse_data_spec
+from riverbed.protocol.schema import SpecError, load_api_specs, load_data_specs, parse_data_spec
 from riverbed.protocol.versioned import (
     decode_consumer_protocol,
     decode_record_key,
@@ -56,7 +56,7 @@ CASES = [
     for spec in SPECS.values()
     for version in range(spec.min_version, spec.max_version + 1)
 ]
-CONSUMER_PROTOCOL_CASES = [case for case in CASES if case.values[0].startswith("ConsumerProtocol")]
+CONSUMER_PROTOCOL_CASES = [c for c in CASES if str(c.values[0]).startswith("ConsumerProtocol")]
 Subscription, Assignment = ConsumerProtocolSubscription, ConsumerProtocolAssignment
 Member = GroupMetadataValue.MemberMetadata
 
@@ -96,7 +96,7 @@ def test_codegen_check_verifies_both_generated_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     messages, data_messages = tmp_path / "messages.py", tmp_path / "data_messages.py"
-    messages.write_text(codegen.render_messages(codegen.load_api_specs()), encoding="utf-8")
+    messages.write_text(codegen.render_messages(load_api_specs()), encoding="utf-8")
     data_messages.write_text("stale\n", encoding="utf-8")
     monkeypatch.setattr(codegen, "MESSAGES_PATH", messages)
     monkeypatch.setattr(codegen, "DATA_MESSAGES_PATH", data_messages)
@@ -177,7 +177,8 @@ def test_versions_outside_a_schema_are_refused() -> None:
     with pytest.raises(ProtocolDecodeError, match="unsupported version 5 of OffsetCommitValue"):
         decode_versioned(OffsetCommitValue, b"\x00\x05" + encode_data(OffsetCommitValue(), 4))
     with pytest.raises(ProtocolDecodeError, match="not a data schema"):
-        decode_data(Member, b"", 0)  # a nested struct has no schema of its own
+        # A nested struct has no schema of its own (its type says so too: the misuse tested).
+        decode_data(Member, b"", 0)  # type: ignore[type-var]
     with pytest.raises(ProtocolDecodeError, match="truncated version prefix"):
         decode_versioned(OffsetCommitValue, b"\x00")
 

@@ -79,7 +79,9 @@ def confluent_consume(conf: Mapping[str, str], topic: str, count: int) -> list[b
             if message is None:
                 continue
             assert message.error() is None, message.error()
-            values.append(message.value())
+            value = message.value()
+            assert value is not None
+            values.append(value)
         return values
     finally:
         consumer.close()
@@ -105,8 +107,9 @@ def confluent_error(conf: Mapping[str, str], topic: str) -> confluent_kafka.Kafk
         while not errors and time.monotonic() < deadline:
             message = consumer.poll(0.3)
             if message is not None:
-                assert message.error() is not None, "a record was read"
-                errors.append(message.error())
+                error = message.error()
+                assert error is not None, "a record was read"
+                errors.append(error)
         assert errors, "no error reported"
         return errors[0]
     finally:

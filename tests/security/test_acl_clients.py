@@ -17,7 +17,7 @@ import aiokafka.errors
 import confluent_kafka
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from confluent_kafka.admin import (  # type: ignore[attr-defined]
+from confluent_kafka.admin import (
     AdminClient,
     ConfigResource,
     NewTopic,
@@ -88,7 +88,7 @@ def confluent_consume(
                 errors.add(int(error.code()))
             else:
                 values.append(message.value() or b"")
-                consumer.commit(message, asynchronous=False)
+                consumer.commit(message=message, asynchronous=False)
     finally:
         consumer.close()
     return values, errors

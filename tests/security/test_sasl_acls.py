@@ -96,8 +96,9 @@ def confluent_group_errors(
             message = consumer.poll(0.5)
             if message is None:
                 continue
-            if message.error() is not None:
-                errors.add(int(message.error().code()))
+            error = message.error()
+            if error is not None:
+                errors.add(int(error.code()))
             else:
                 values.append(message.value() or b"")
     finally:
@@ -193,7 +194,10 @@ async def test_users_see_exactly_what_their_acls_allow(
         await producer.stop()
 
     # bob, authenticated but granted nothing: sees no topic, reads and writes nothing.
-    bob_rd = {"bootstrap.servers": bootstrap, **librdkafka_scram(pki, BOB)}
+    bob_rd: dict[str, str | int | float | bool] = {
+        "bootstrap.servers": bootstrap,
+        **librdkafka_scram(pki, BOB),
+    }
     listing = confluent_kafka.admin.AdminClient(bob_rd).list_topics(timeout=TIMEOUT_S)
     assert sorted(listing.topics) == []
     with pytest.raises(AuthorizationError):

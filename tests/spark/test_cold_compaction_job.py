@@ -40,7 +40,7 @@ from tests.tiering.test_cold_compaction_broker import (
     fill,
     local_start,
 )
-from tests.tiering.test_tiering_broker import latest_manifest, wait_until
+from tests.tiering.test_tiering_broker import current_manifest, latest_manifest, wait_until
 from tests.tiering.test_tiering_s3_broker import ROOT, Bucket, s3_broker
 
 JOB_TIMEOUT_S = 300
@@ -283,8 +283,8 @@ async def test_the_spark_job_and_the_broker_compact_the_cold_tier_to_the_same_lo
                 p.relative_to(store_of(spark_side)).as_posix()
                 for p in store_of(spark_side).rglob("*.parquet")
             }
-            == {s["key"] for s in latest_manifest(store_of(spark_side), TOPIC)["segments"]}
-        ),  # type: ignore[index]
+            == {s["key"] for s in current_manifest(store_of(spark_side), TOPIC)["segments"]}
+        ),
         "the replaced objects deleted by the leader",
     )
 
@@ -341,6 +341,8 @@ async def test_the_job_compacts_a_cold_tier_on_s3(
     assert manifest is not None and compacted(manifest, local_start(broker, topic))
     await check_every_reader(broker, topic, written, manifest["compacted_end_offset"])
     await wait_until(
-        lambda: bucket.data_keys() == {s["key"] for s in bucket.latest_manifest(topic)["segments"]},  # type: ignore[index]
+        lambda: (
+            bucket.data_keys() == {s["key"] for s in bucket.current_manifest(topic)["segments"]}
+        ),
         "the replaced objects deleted by the leader",
     )

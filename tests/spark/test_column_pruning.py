@@ -111,7 +111,7 @@ def test_pruning_can_be_switched_off_by_its_rule_name(spark: SparkSession, tmp_p
 def test_other_sources_are_left_alone_and_registering_again_installs_nothing_more(
     spark: SparkSession,
 ) -> None:
-    class Other(DataSource):  # type: ignore[misc]
+    class Other(DataSource):
         """Riverbed's columns under another name."""
 
         @classmethod
@@ -124,7 +124,7 @@ def test_other_sources_are_left_alone_and_registering_again_installs_nothing_mor
         def reader(self, schema: Any) -> DataSourceReader:
             return NoRows()
 
-    class NoRows(DataSourceReader):  # type: ignore[misc]
+    class NoRows(DataSourceReader):
         def partitions(self) -> list[InputPartition]:
             return [InputPartition(0)]
 

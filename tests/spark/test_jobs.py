@@ -58,7 +58,7 @@ def test_key_counts_over_a_topics_whole_history(
     assert {row["key"]: row["records"] for row in keys} == dict(expected)
     windows = pq.read_table(out / "windows").to_pylist()
     assert sum(row["records"] for row in windows) == RECORDS
-    per_key = Counter()
+    per_key: Counter[bytes] = Counter()
     for row in windows:
         per_key[row["key"]] += row["records"]
     assert per_key == expected

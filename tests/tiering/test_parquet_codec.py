@@ -35,6 +35,7 @@ from riverbed.protocol.records import (
     RECORD_BATCH_OVERHEAD,
     BatchHeader,
     CorruptRecordError,
+    Record,
     RecordInput,
     decode_batch,
     encode_batch,
@@ -112,7 +113,7 @@ def headers_of(data: bytes) -> list[BatchHeader]:
     return [header for _, header in iter_batch_headers(data)]
 
 
-def records_of(data: bytes) -> list[tuple[object, ...]]:
+def records_of(data: bytes) -> list[Record]:
     return [
         record
         for position, _ in iter_batch_headers(data)
@@ -686,7 +687,7 @@ def test_segments_a_real_broker_wrote_from_confluent_kafka_come_back(
         for i in range(BROKER_RECORDS):
             key, value, headers, timestamp_ms = produced(i, now_ms)
             producer.produce(
-                topic, value, key, partition=0, headers=headers, timestamp=timestamp_ms
+                topic, value, key, partition=0, headers=list(headers), timestamp=timestamp_ms
             )
         assert producer.flush(BROKER_TIMEOUT_S) == 0
     after_ms = int(time.time() * 1000)
@@ -712,9 +713,9 @@ def test_segments_a_real_broker_wrote_from_confluent_kafka_come_back(
             assert table.column("offset").to_pylist() == [r[0] for r in records_of(original)]
 
         assert [r[0] for r in rebuilt_records] == list(range(len(rebuilt_records)))
-        headers = headers_of(b"".join(p.read_bytes() for p in sealed))
-        assert all(h.producer_id >= 0 and h.base_sequence >= 0 for h in headers)
-        assert {h.compression.name.lower() for h in headers} == {compression}
+        batch_headers = headers_of(b"".join(p.read_bytes() for p in sealed))
+        assert all(h.producer_id >= 0 and h.base_sequence >= 0 for h in batch_headers)
+        assert {h.compression.name.lower() for h in batch_headers} == {compression}
         for offset, timestamp_ms, key, value, record_headers in rebuilt_records:
             sent_key, sent_value, sent_headers, sent_timestamp_ms = produced(offset, now_ms)
             assert (key, value, list(record_headers)) == (sent_key, sent_value, sent_headers)

@@ -52,6 +52,13 @@ def latest_manifest(store: Path, topic: str) -> dict[str, Any] | None:
     return json.loads(versions[-1].read_text()) if versions else None
 
 
+def current_manifest(store: Path, topic: str) -> dict[str, Any]:
+    """The latest manifest, which must exist by now."""
+    manifest = latest_manifest(store, topic)
+    assert manifest is not None, f"{topic}: no manifest in {store}"
+    return manifest
+
+
 def finished(manifest: dict[str, Any] | None) -> list[dict[str, Any]]:
     if manifest is None:
         return []
@@ -143,7 +150,11 @@ async def test_segments_are_tiered_deleted_locally_and_read_back_from_offset_zer
     assert read == EXPECTED
 
 
-def consume_with_confluent(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes]]:
+# As librdkafka gives them: offset, key, value (each None on an error, which fails the test).
+ConfluentRecord = tuple[int | None, bytes | None, bytes | None]
+
+
+def consume_with_confluent(bootstrap: str, topic: str) -> list[ConfluentRecord]:
     consumer = confluent_kafka.Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -154,7 +165,7 @@ def consume_with_confluent(bootstrap: str, topic: str) -> list[tuple[int, bytes,
     )
     try:
         consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
-        out: list[tuple[int, bytes, bytes]] = []
+        out: list[ConfluentRecord] = []
         deadline = time.monotonic() + WAIT_TIMEOUT_S
         while len(out) < RECORDS and time.monotonic() < deadline:
             message = consumer.poll(1.0)
@@ -279,7 +290,7 @@ async def test_a_consumer_of_several_partitions_all_in_the_cold_tier_reads_every
                 seen += [(r.partition, r.offset, r.value) for r in records]
     assert len(seen) == RECORDS and set(seen) == expected
 
-    def with_librdkafka() -> set[tuple[int, int, bytes | None]]:
+    def with_librdkafka() -> set[tuple[int | None, int | None, bytes | None]]:
         consumer = confluent_kafka.Consumer(
             {
                 "bootstrap.servers": broker.bootstrap,
@@ -292,7 +303,7 @@ async def test_a_consumer_of_several_partitions_all_in_the_cold_tier_reads_every
             consumer.assign(
                 [confluent_kafka.TopicPartition(topic, p, 0) for p in range(partitions)]
             )
-            got: list[tuple[int, int, bytes | None]] = []
+            got: list[tuple[int | None, int | None, bytes | None]] = []
             deadline = time.monotonic() + WAIT_TIMEOUT_S
             while len(got) < RECORDS and time.monotonic() < deadline:
                 for message in consumer.consume(1000, 1.0):
