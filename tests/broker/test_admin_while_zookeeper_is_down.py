@@ -20,6 +20,7 @@ from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode
 
 from tests.support.broker import BrokerFactory, BrokerProcess
+from tests.support.cluster import wait_for
 from tests.support.zookeeper import DedicatedZooKeeper, restart_proof_connect
 
 HOST: Final = "127.0.0.1"
@@ -146,7 +147,8 @@ async def test_zookeeper_writes_are_answered_with_retriable_errors_while_it_is_d
         )
         assert alter_answer.responses[0].error_code == ErrorCode.NONE
         init_answer = await connection.call(INIT_PRODUCER_ID, m.InitProducerIdResponse)
-        assert init_answer.error_code == ErrorCode.NONE and init_answer.producer_id >= 0
+        assert init_answer.error_code == ErrorCode.NONE
+        assert init_answer.producer_id >= 0
     finally:
         await connection.close()
 
@@ -180,9 +182,10 @@ async def test_controller_requests_are_answered_while_zookeeper_is_down(
             metadata = await any_connection.call(m.MetadataRequest(topics=[]), m.MetadataResponse)
             return int(metadata.controller_id)
 
-        async with asyncio.timeout(30):
-            while await controller_id() not in brokers:
-                await asyncio.sleep(0.1)
+        async def elected() -> bool:
+            return await controller_id() in brokers
+
+        await wait_for(elected, 30, what="a controller among the brokers")
         controller = connections[await controller_id()]
         created = await controller.call(create_request(30_000, "moving"), m.CreateTopicsResponse)
         assert created.topics[0].error_code == ErrorCode.NONE

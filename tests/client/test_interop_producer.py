@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import time
 
@@ -54,12 +55,13 @@ async def test_kcat_reads_what_riverbed_wrote(broker: BrokerProcess, codec: str)
     topic = f"to-kcat-{codec}"
     await _produce(broker, topic, codec)
     # Length-prefixed output: key and value lengths (-1 for null), timestamp, then the raw bytes.
-    out = subprocess.run(
+    read = await asyncio.to_thread(
+        subprocess.run,
         ["kcat", "-C", "-b", broker.bootstrap, "-t", topic, "-e", "-q",
          "-f", "%K,%S,%T;%k%s"],
         capture_output=True, check=True, timeout=TIMEOUT_S,
-    ).stdout  # fmt: skip
-    assert _parse_kcat(out) == [(k, v, t) for k, v, _, t in RECORDS]
+    )  # fmt: skip
+    assert _parse_kcat(read.stdout) == [(k, v, t) for k, v, _, t in RECORDS]
 
 
 def _parse_kcat(out: bytes) -> list[tuple[bytes | None, bytes | None, int]]:

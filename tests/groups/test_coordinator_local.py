@@ -154,7 +154,8 @@ async def test_simple_offsets_expire_by_commit_time_and_stay_expired(
     try:
         assert reloaded.fetch_offsets("old", [ORDERS_0]) == {ORDERS_0: None}
         kept = reloaded.fetch_offsets("new", [ORDERS_0])[ORDERS_0]
-        assert kept is not None and kept.offset == 2
+        assert kept is not None
+        assert kept.offset == 2
     finally:
         await reloaded.close()
 

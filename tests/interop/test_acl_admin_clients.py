@@ -124,7 +124,8 @@ async def test_kafka_python_manages_acls(broker_factory: BrokerFactory) -> None:
         describe = kafka_python_acl("User:carol", kafka.admin.ACLOperation.DESCRIBE, allow, "log",
                                     prefixed)  # fmt: skip
         created = client.create_acls([write, describe])
-        assert created["failed"] == [] and len(created["succeeded"]) == 2
+        assert created["failed"] == []
+        assert len(created["succeeded"]) == 2
         carol = kafka.admin.ACLFilter(
             principal="User:carol",
             host=None,
@@ -147,7 +148,8 @@ async def test_kafka_python_manages_acls(broker_factory: BrokerFactory) -> None:
         found, _ = client.describe_acls(carol)
         assert len(found) == 3
         ((_, deleted, delete_error),) = client.delete_acls([carol])
-        assert delete_error is kafka.errors.NoError and len(deleted) == 3
+        assert delete_error is kafka.errors.NoError
+        assert len(deleted) == 3
         assert client.describe_acls(carol)[0] == []
     finally:
         client.close()

@@ -557,7 +557,8 @@ def test_file_region_records_become_their_own_chunk(version: int) -> None:
     assert middle is region
     assert len(rest) == (1 if version >= 12 else 0)
     tail = rest[0] if rest else b""
-    assert isinstance(head, bytes) and isinstance(tail, bytes)
+    assert isinstance(head, bytes)
+    assert isinstance(tail, bytes)
     # The region is replaced by the same number of bytes to check the length prefix.
     inline = messages.FetchResponse(
         responses=[

@@ -267,7 +267,8 @@ def test_large_records_stay_a_view_of_the_frame() -> None:
     decoded = decode_request_body(0, 9, memoryview(frame))
     assert isinstance(decoded, m.ProduceRequest)
     records = decoded.topic_data[0].partition_data[0].records
-    assert isinstance(records, memoryview) and records.obj is frame
+    assert isinstance(records, memoryview)
+    assert records.obj is frame
     assert records == batch
 
 
@@ -382,9 +383,11 @@ def test_decoded_uuids_are_shared_through_a_bounded_cache() -> None:
     topic_id = uuid.uuid4()
     [first] = _metadata_topic_ids([topic_id])
     [again] = _metadata_topic_ids([topic_id])
-    assert first == topic_id and again is first
+    assert first == topic_id
+    assert again is first
     others = [uuid.UUID(int=index + 1) for index in range(UUID_CACHE_ENTRIES_MAX + 10)]
     assert _metadata_topic_ids(others) == others
     assert len(uuid_cache) <= UUID_CACHE_ENTRIES_MAX
     [after] = _metadata_topic_ids([topic_id])
-    assert after == topic_id and after is not first  # it went out with the rest
+    assert after == topic_id
+    assert after is not first  # it went out with the rest

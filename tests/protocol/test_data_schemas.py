@@ -120,10 +120,14 @@ Items []Item 2+
 def test_data_spec_model() -> None:
     spec = parse_data_spec(DATA_SPEC, "example.spec")
     assert (spec.name, spec.min_version, spec.max_version) == ("Example", 1, 4)
-    assert spec.is_flexible(3) and not spec.is_flexible(2) and spec.struct.name == "Example"
+    assert spec.is_flexible(3)
+    assert not spec.is_flexible(2)
+    assert spec.struct.name == "Example"
     name, items = spec.struct.fields
-    assert name.type_name == "string" and items.struct is not None
-    assert items.struct.fields[1].nullable_in(4) and items.struct.fields[1].null_default
+    assert name.type_name == "string"
+    assert items.struct is not None
+    assert items.struct.fields[1].nullable_in(4)
+    assert items.struct.fields[1].null_default
 
 
 @pytest.mark.parametrize(

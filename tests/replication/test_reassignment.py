@@ -172,7 +172,8 @@ async def test_a_move_can_be_cancelled_while_the_new_replica_is_stuck(
         # Nothing to cancel any more.
         errors = await admin.alter_partition_reassignments({tp: None})
         error = errors[tp]
-        assert error is not None and error.code == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+        assert error is not None
+        assert error.code == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
 
 
 async def test_bad_targets_are_refused_per_partition(cluster_factory: ClusterFactory) -> None:

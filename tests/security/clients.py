@@ -56,7 +56,8 @@ def confluent_produce(conf: Mapping[str, str], topic: str, values: list[bytes]) 
     for value in values:
         producer.produce(topic, value, partition=0, on_delivery=delivered)
     remaining = producer.flush(TIMEOUT_S)
-    assert remaining == 0 and not failures, (remaining, failures)
+    assert remaining == 0, (remaining, failures)
+    assert not failures, (remaining, failures)
 
 
 def confluent_consume(conf: Mapping[str, str], topic: str, count: int) -> list[bytes]:

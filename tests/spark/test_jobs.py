@@ -51,7 +51,8 @@ def test_key_counts_over_a_topics_whole_history(
     plan = next(line for line in job.stderr.splitlines() if "splits from the cold tier" in line)
     cold_splits = int(plan.split(": ")[-1].split()[0])
     assert cold_splits > 0
-    assert "wrote per-key counts" in job.stderr and "wrote windowed counts" in job.stderr
+    assert "wrote per-key counts" in job.stderr
+    assert "wrote windowed counts" in job.stderr
 
     expected = Counter(record_of(i)["key"] for i in range(RECORDS))
     keys = pq.read_table(out / "keys").to_pylist()

@@ -63,7 +63,8 @@ def test_good_options_parse_with_spark_kafka_defaults() -> None:
         {**BASE, "remote.storage.url": "s3://b/p", "remote.storage.s3.region": "eu-west-1"}
     )
     assert (batch.starting, batch.ending) == (EARLIEST, LATEST)
-    assert batch.store is not None and batch.store.url == "s3://b/p"
+    assert batch.store is not None
+    assert batch.store.url == "s3://b/p"
     stream = parse_read_options(BASE, streaming=True)
     assert stream.starting == LATEST
     offsets = parse_read_options({**BASE, "endingOffsets": '{"orders": {"0": 7, "1": -1}}'})

@@ -88,7 +88,8 @@ async def test_a_claimed_job_keeps_the_broker_out_until_its_lease_runs_out(tmp_p
         # is refused.
         tiered.now_ms = NOW_MS + 60_000
         result = await tiered.compact_cold()
-        assert result is not None and result.swapped
+        assert result is not None
+        assert result.swapped
         with pytest.raises(ManifestError, match="not pending"):
             await cold_commit.swap(metadata, epoch, pending, {}, 0, NOW_MS)
     finally:
@@ -111,9 +112,11 @@ async def test_a_leader_change_fences_the_jobs_swap_and_the_new_leader_aborts_it
         # The claim of the old epoch is aborted (the lease has hours left) and the new leader
         # compacts.
         result = await leader.compact_cold()
-        assert result is not None and result.swapped
+        assert result is not None
+        assert result.swapped
         manifest = leader.manifest()
-        assert manifest.compaction is None and manifest.leader_epoch == 2
+        assert manifest.compaction is None
+        assert manifest.leader_epoch == 2
     finally:
         await leader.close()
 
@@ -137,7 +140,9 @@ async def test_a_deposed_brokers_own_pass_is_fenced_and_changes_nothing(tmp_path
         finally:
             cold_commit.swap = original_swap
         latest = await newer.latest()
-        assert latest.leader_epoch == 5 and latest.compaction is not None  # left for epoch 5
-        assert latest.retired == () and latest.compacted_end_offset == 0
+        assert latest.leader_epoch == 5
+        assert latest.compaction is not None  # left for epoch 5
+        assert latest.retired == ()
+        assert latest.compacted_end_offset == 0
     finally:
         await tiered.close()

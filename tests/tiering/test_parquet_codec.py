@@ -470,7 +470,8 @@ def touched(reads: list[range], spans: list[range]) -> set[int]:
         }
         assert inside, f"read {read} touches no row group"
         first, last = spans[min(inside)], spans[max(inside)]
-        assert first.start <= read.start and read.stop <= last.stop, f"read {read} strays out"
+        assert first.start <= read.start, f"read {read} strays out"
+        assert read.stop <= last.stop, f"read {read} strays out"
         groups |= inside
     return groups
 
@@ -483,7 +484,8 @@ def test_a_read_at_a_high_offset_touches_only_the_row_groups_it_needs(tmp_path: 
     file = RecordingFile(path.read_bytes())
     reader = SegmentReader(file)
     # Opening reads the file's tail: the footer (and the end of the last row group with it).
-    assert len(file.reads) == 1 and file.reads[0].stop == path.stat().st_size
+    assert len(file.reads) == 1
+    assert file.reads[0].stop == path.stat().st_size
     file.reads.clear()
     assert headers_of(reader.read_batches(1_955, 1))[0].base_offset == 1_950
     assert touched(file.reads, spans) == {19}
@@ -551,7 +553,9 @@ def test_the_file_is_plain_parquet_with_sparks_kafka_columns(tmp_path: Path) -> 
         "list<element: struct<key: string not null, value: binary> not null>"
     )
     row = pq.read_table(path).slice(1, 1).to_pylist()[0]
-    assert row["topic"] == "orders" and row["partition"] == 3 and row["offset"] == 1
+    assert row["topic"] == "orders"
+    assert row["partition"] == 3
+    assert row["offset"] == 1
     assert (row["key"], row["value"]) == (b"key-1", b"value-1-" * 2)
     assert row["headers"] == [
         {"key": "trace", "value": b"1"},
@@ -562,7 +566,8 @@ def test_the_file_is_plain_parquet_with_sparks_kafka_columns(tmp_path: Path) -> 
     metadata = parquet.metadata
     offset_column = SCHEMA.get_field_index("offset")
     chunk = metadata.row_group(0).column(offset_column)
-    assert chunk.path_in_schema == "offset" and chunk.compression == "ZSTD"
+    assert chunk.path_in_schema == "offset"
+    assert chunk.compression == "ZSTD"
     assert (chunk.statistics.min, chunk.statistics.max) == (0, 99)
     assert metadata.row_group(0).sorting_columns[0].column_index == offset_column
     # What readers prune by (Spark's reader: offset and batch_attributes) has statistics; the

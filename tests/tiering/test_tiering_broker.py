@@ -122,7 +122,8 @@ async def test_segments_are_tiered_deleted_locally_and_read_back_from_offset_zer
     await wait_until(lambda: local_start() > RECORDS // 2, "local segments tiered and deleted")
     manifest = latest_manifest(store, topic)
     done = finished(manifest)
-    assert done and done[0]["base_offset"] == 0
+    assert done
+    assert done[0]["base_offset"] == 0
     for before, after in itertools.pairwise(done):
         assert after["base_offset"] == before["last_offset"] + 1  # no gap, no overlap
     assert done[-1]["last_offset"] + 1 >= local_start()
@@ -131,7 +132,8 @@ async def test_segments_are_tiered_deleted_locally_and_read_back_from_offset_zer
     table = pq.read_table(store / str(done[0]["key"]))
     assert table.column_names[: len(SPARK_COLUMNS)] == SPARK_COLUMNS
     offsets = table.column("offset").to_pylist()
-    assert offsets == sorted(offsets) and offsets[0] == 0
+    assert offsets == sorted(offsets)
+    assert offsets[0] == 0
     assert table.column("value").to_pylist()[:3] == [value_of(i) for i in range(3)]
 
     # ListOffsets: earliest is the remote log start; by time searches the remote tier first.
@@ -198,7 +200,8 @@ def check_contiguous_from_zero(
     assert manifest is not None
     assert all(s["state"] == "COPY_FINISHED" for s in manifest["segments"]), manifest
     done = finished(manifest)
-    assert done and done[0]["base_offset"] == 0
+    assert done
+    assert done[0]["base_offset"] == 0
     for before, after in itertools.pairwise(done):
         assert after["base_offset"] == before["last_offset"] + 1  # no gap, no overlap
     assert stored_keys == {s["key"] for s in done}  # no orphaned object left behind
@@ -217,7 +220,8 @@ async def test_an_unreachable_store_keeps_the_backlog_locally_and_uploads_resume
     topic = await tiered_topic(broker)  # produce is unaffected
     await asyncio.sleep(1.0)  # several tiering rounds fail
     segments = broker.segment_files(topic, 0)
-    assert int(segments[0].stem) == 0 and len(segments) > 5  # nothing deleted locally
+    assert int(segments[0].stem) == 0
+    assert len(segments) > 5  # nothing deleted locally
     assert await read_all_from_zero(broker, topic) == EXPECTED
     assert "event=tiering.upload_failed " in broker.log_path.read_text()
 
@@ -288,7 +292,8 @@ async def test_a_consumer_of_several_partitions_all_in_the_cold_tier_reads_every
             assert batches, f"stalled after {len(seen)} records"
             for records in batches.values():
                 seen += [(r.partition, r.offset, r.value) for r in records]
-    assert len(seen) == RECORDS and set(seen) == expected
+    assert len(seen) == RECORDS
+    assert set(seen) == expected
 
     def with_librdkafka() -> set[tuple[int | None, int | None, bytes | None]]:
         consumer = confluent_kafka.Consumer(
