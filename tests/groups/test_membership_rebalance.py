@@ -8,6 +8,7 @@ import asyncio
 
 from riverbed.broker.groups.group_values import GroupState
 from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import LeaveGroupRequest
 
 from tests.groups.membership_support import (
     RANGE,
@@ -229,10 +230,8 @@ async def test_the_last_member_leaving_empties_the_group_and_stores_that() -> No
         assert membership.subscribed_topics("g") == frozenset()
 
 
-def _leave_request(*member_ids: str):  # type: ignore[no-untyped-def]
-    from riverbed.protocol import messages as m
-
-    return m.LeaveGroupRequest(
+def _leave_request(*member_ids: str) -> LeaveGroupRequest:
+    return LeaveGroupRequest(
         group_id="g",
-        members=[m.LeaveGroupRequest.MemberIdentity(member_id=i, reason="bye") for i in member_ids],
+        members=[LeaveGroupRequest.MemberIdentity(member_id=i, reason="bye") for i in member_ids],
     )

@@ -71,7 +71,9 @@ def test_an_upload_may_start_inside_a_segment_at_a_batch_boundary(log: Partition
     fill(log, 200)
     log.update_high_watermark(log.log_end_offset)
     first = log.segment_stats()[0]
-    data = read_sealed(log.sealed_batches_from(0, log.high_watermark))  # type: ignore[arg-type]
+    sealed = log.sealed_batches_from(0, log.high_watermark)
+    assert sealed is not None
+    data = read_sealed(sealed)
     boundary = [h.base_offset for _, h in iter_batch_headers(data)][2]
     found = log.sealed_batches_from(boundary, log.high_watermark)
     assert found is not None

@@ -165,7 +165,9 @@ def test_the_plan_covers_the_cleanable_range_in_groups_and_measures_what_is_dirt
     assert trimmed is not None
     assert trimmed.groups[0][0].base_offset == 10
     strict = replace(config, min_cleanable_dirty_ratio=0.9)
-    assert not plan_cold_compaction(manifest, strict, NOW_MS).due  # type: ignore[union-attr]
+    strict_plan = plan_cold_compaction(manifest, strict, NOW_MS)
+    assert strict_plan is not None
+    assert not strict_plan.due
 
 
 # -- rewriting a group ------------------------------------------------------------------------
