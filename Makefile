@@ -24,8 +24,8 @@ test: setup-test
 		$(PYTEST_ARGS)
 
 lint: setup-test
-	$(VENV)/bin/ruff check platform spark tests bench
-	$(VENV)/bin/ruff format --check platform spark tests bench
+	$(VENV)/bin/ruff check platform spark tests bench tools
+	$(VENV)/bin/ruff format --check platform spark tests bench tools
 
 typecheck: setup-test
 	$(PY) -m tools.typecheck

@@ -118,7 +118,8 @@ def measure_on(size: int) -> dict[str, float]:
     carol = AclAccess(authorizer, Session(KafkaPrincipal("User", "carol"), "10.0.0.1"), "Produce")
     admin = AclAccess(authorizer, Session(KafkaPrincipal("User", "admin"), "10.0.0.1"), "Produce")
     write, topic = AclOperation.WRITE, ResourceType.TOPIC
-    assert alice.allows(write, topic, TOPIC) and bob.allows(write, topic, TOPIC)
+    assert alice.allows(write, topic, TOPIC)
+    assert bob.allows(write, topic, TOPIC)
     assert not carol.allows(write, topic, "unnamed", log_denied=False)
     ctx: Any = SimpleNamespace(authorizer=authorizer)
     produce = produce_request()

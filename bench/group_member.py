@@ -70,23 +70,26 @@ def run_confluent(args: argparse.Namespace, stop: threading.Event) -> None:
     while not stop.is_set():
         message = consumer.poll(POLL_TIMEOUT_S)
         if message is not None and message.error() is None:
-            first.record(message.partition(), message.offset())
+            partition, offset = message.partition(), message.offset()
+            assert partition is not None
+            assert offset is not None
+            first.record(partition, offset)
     consumer.close()  # leaves the group
 
 
 async def run_riverbed(args: argparse.Namespace, stop: threading.Event) -> None:
-    from riverbed import Consumer
+    from riverbed import Consumer, RebalanceListener, TopicPartition
 
     first = FirstRecords()
 
-    class Listener:
-        async def on_partitions_revoked(self, partitions: Any) -> None:
+    class Listener(RebalanceListener):
+        async def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
             first.revoked([tp.partition for tp in partitions])
 
-        async def on_partitions_assigned(self, partitions: Any) -> None:
+        async def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
             first.assigned([tp.partition for tp in partitions])
 
-        async def on_partitions_lost(self, partitions: Any) -> None:
+        async def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
             first.revoked([tp.partition for tp in partitions])
 
     async with Consumer(

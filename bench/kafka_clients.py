@@ -44,7 +44,9 @@ def end_offset(bootstrap: str, topic: str, partition: int) -> int:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     wanted = TopicPartition(topic, partition)
     futures = admin.list_offsets(
-        {wanted: OffsetSpec.latest()}, request_timeout=TOPIC_READY_TIMEOUT_S
+        # confluent-kafka leaves OffsetSpec.latest unannotated.
+        {wanted: OffsetSpec.latest()},  # type: ignore[no-untyped-call]
+        request_timeout=TOPIC_READY_TIMEOUT_S,
     )
     return int(futures[wanted].result(timeout=TOPIC_READY_TIMEOUT_S).offset)
 

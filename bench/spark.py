@@ -269,7 +269,7 @@ def summarize(records: int, measured: dict[str, Any]) -> BenchResult:
     }
     headlines: list[Headline] = [
         *(
-            {"label": label, "value": records / seconds[key], "unit": "records/s"}
+            Headline(label=label, value=records / seconds[key], unit="records/s")
             for label, key in rates.items()
         ),
         {"label": "column chunks read, every column", "value": volumes["full"] / 1e6,

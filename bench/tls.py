@@ -155,7 +155,9 @@ async def _raw_fetch(address: str, pid: int, records: int, ca: str | None) -> di
                 ],
             )
             response = await connection.call(request, m.FetchResponse, timeout_ms=30_000)
-            data = bytes(response.responses[0].partitions[0].records or b"")
+            fetched = response.responses[0].partitions[0].records
+            assert fetched is None or isinstance(fetched, bytes | memoryview)  # a client's copy
+            data = bytes(fetched or b"")
             moved += len(data)
             offset = _next_offset(data, offset)
         elapsed_s = time.perf_counter() - started

@@ -41,8 +41,8 @@ def zk_connect(zk_chroot: str) -> str:  # noqa: F811 - the fixture, by its name
 # could not replay the example): in CI a ZooKeeper client left running by an earlier test did
 # that every ping, and 264 property tests failed far from it. Their own generator keeps the two
 # apart; a client left running is still reported at the end of the session.
-kazoo.protocol.connection.random = random.Random()  # type: ignore[assignment]
-kazoo.retry.random = random.Random()  # type: ignore[assignment]
+kazoo.protocol.connection.random = random.Random()
+kazoo.retry.random = random.Random()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -54,7 +54,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """`--dist loadfile` (what `make test` asks for) keeps tests/spark on one worker."""
     if config.getoption("dist") != "loadfile":
         return None
-    return FileOrDirectoryScheduling(config, log)  # type: ignore[arg-type]
+    return FileOrDirectoryScheduling(config, log)
 
 
 def _zk_loops_running() -> list[str]:

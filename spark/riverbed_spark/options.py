@@ -81,12 +81,16 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -
         )
     starting = _offsets(get, "startingOffsets", EARLIEST if not streaming else LATEST)
     ending = _offsets(get, "endingOffsets", LATEST)
-    if streaming and get.text("endingOffsets") is not None:
-        raise ValueError("endingOffsets is for batch queries; a stream has no end")
+    for name in ("endingOffsets", "endingTimestamp"):
+        if streaming and get.text(name) is not None:
+            raise ValueError(f"{name} is for batch queries; a stream has no end")
     if starting == LATEST and not streaming:
         raise ValueError("startingOffsets=latest is for streams; a batch query would read nothing")
     if ending == EARLIEST:
         raise ValueError("endingOffsets=earliest would read nothing; use latest or offsets")
+    for name in ("startingTimestamp", "endingTimestamp"):
+        if bootstrap is None and get.text(name) is not None:
+            raise ValueError(f"{name} needs bootstrap.servers: the cluster finds offsets by time")
     return ReadOptions(
         bootstrap_servers=bootstrap,
         subscription=_subscription(get),

@@ -36,7 +36,7 @@ class PartitionRange:
 
 
 @dataclass(frozen=True)
-class ColdSplit(InputPartition):  # type: ignore[misc]
+class ColdSplit(InputPartition):
     """Offsets [start, end) of a run of consecutive objects, read from the store by the
     executor, one after the other."""
 
@@ -48,7 +48,7 @@ class ColdSplit(InputPartition):  # type: ignore[misc]
 
 
 @dataclass(frozen=True)
-class HotSplit(InputPartition):  # type: ignore[misc]
+class HotSplit(InputPartition):
     """Offsets [start, end) above the remote end at planning time, read through the broker
     (or from the store, if they have been tiered and deleted locally since).
     `compacted_end` is the manifest's compacted_end_offset at planning (-1 without a store):
@@ -129,7 +129,7 @@ class Planner:
         if subscription.assigned:
             return sorted(subscription.assigned)
         if self.options.bootstrap_servers is not None:
-            return _run(self._cluster_partitions())
+            return _run(self._cluster_partitions(self.options.bootstrap_servers))
         assert self.store is not None
         return [
             (topic, partition)
@@ -156,12 +156,13 @@ class Planner:
             else:
                 wanted[tp] = spec[tp] if isinstance(spec, dict) else spec
         if self.options.bootstrap_servers is None:
-            return {tp: self._store_offset(tp, value, timestamp_ms) for tp, value in wanted.items()}
-        return _run(self._cluster_offsets(wanted, timestamp_ms is not None))
+            # parse_read_options refuses timestamps without bootstrap.servers.
+            assert timestamp_ms is None
+            return {tp: self._store_offset(tp, value) for tp, value in wanted.items()}
+        by_time = timestamp_ms is not None
+        return _run(self._cluster_offsets(self.options.bootstrap_servers, wanted, by_time))
 
-    def _store_offset(self, tp: tuple[str, int], value: int, timestamp_ms: int | None) -> int:
-        if timestamp_ms is not None:
-            raise ValueError("startingTimestamp / endingTimestamp need bootstrap.servers")
+    def _store_offset(self, tp: tuple[str, int], value: int) -> int:
         assert self.store is not None
         manifest = self.store.manifest(*tp)
         if value == EARLIEST:
@@ -170,9 +171,9 @@ class Planner:
             return manifest.finished_end_offset
         return value
 
-    async def _cluster_partitions(self) -> list[tuple[str, int]]:
+    async def _cluster_partitions(self, bootstrap: str) -> list[tuple[str, int]]:
         subscription = self.options.subscription
-        async with Admin(bootstrap_servers=self.options.bootstrap_servers) as admin:
+        async with Admin(bootstrap_servers=bootstrap) as admin:
             if subscription.pattern is not None:
                 topics = [t for t in await admin.list_topics() if subscription.matches(t)]
             else:
@@ -184,7 +185,7 @@ class Planner:
         return sorted(found)
 
     async def _cluster_offsets(
-        self, wanted: Mapping[tuple[str, int], int], by_time: bool
+        self, bootstrap: str, wanted: Mapping[tuple[str, int], int], by_time: bool
     ) -> dict[tuple[str, int], int]:
         """ListOffsets for the symbolic and timestamp ones; literal offsets as given."""
         specs: dict[TopicPartition, ListOffsetSpec] = {}
@@ -198,7 +199,7 @@ class Planner:
         resolved = dict(wanted)
         if not specs:
             return resolved
-        async with Admin(bootstrap_servers=self.options.bootstrap_servers) as admin:
+        async with Admin(bootstrap_servers=bootstrap) as admin:
             found = await admin.list_offsets(specs)
             # By time, a partition with no record at or after the timestamp ends at its end.
             latest = await admin.list_offsets({tp: "latest" for tp in specs}) if by_time else {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final
 
 import pyarrow as pa
@@ -143,7 +143,8 @@ async def _fetch(split: HotSplit, start: int, options: ReadOptions) -> list[Reco
 
 
 def _from_records(records: list[Record], target: pa.Schema) -> pa.RecordBatch:
-    builders = {
+    # Each column's values, built only for the columns the query reads.
+    builders: dict[str, Callable[[], list[object]]] = {
         "key": lambda: [r.key for r in records],
         "value": lambda: [r.value for r in records],
         "topic": lambda: [r.topic for r in records],

@@ -54,7 +54,7 @@ SOURCE_COLUMNS = (
 HEADERS_COLUMN = "headers array<struct<key:string,value:binary>>"
 
 
-class RiverbedDataSource(DataSource):  # type: ignore[misc]
+class RiverbedDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
         # spark.dataSource.register(RiverbedDataSource) calls this on the driver, the only code
@@ -80,7 +80,7 @@ class RiverbedDataSource(DataSource):  # type: ignore[misc]
         return RiverbedWriter(parse_write_options(self.options, schema))
 
 
-class RiverbedReader(DataSourceReader):  # type: ignore[misc]
+class RiverbedReader(DataSourceReader):
     def __init__(self, options: ReadOptions, target: pa.Schema) -> None:
         self.options = options
         self.target = target
@@ -93,7 +93,7 @@ class RiverbedReader(DataSourceReader):  # type: ignore[misc]
         yield from read_split(partition, self.options, self.target)
 
 
-class RiverbedStreamReader(DataSourceStreamReader):  # type: ignore[misc]
+class RiverbedStreamReader(DataSourceStreamReader):
     """Offsets are Spark offset dicts, {"topic": {"partition": next offset}}: Spark keeps them
     in its checkpoint, so a restarted query goes on from the last committed batch's end."""
 
@@ -143,11 +143,11 @@ class RiverbedStreamReader(DataSourceStreamReader):  # type: ignore[misc]
 
 
 @dataclass(frozen=True)
-class Written(WriterCommitMessage):  # type: ignore[misc]
+class Written(WriterCommitMessage):
     records: int
 
 
-class RiverbedWriter(DataSourceArrowWriter):  # type: ignore[misc]
+class RiverbedWriter(DataSourceArrowWriter):
     def __init__(self, options: WriteOptions) -> None:
         self.options = options
 

@@ -20,6 +20,7 @@ from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode
 
 from tests.support.broker import BrokerFactory, BrokerProcess
+from tests.support.cluster import wait_for
 from tests.support.zookeeper import DedicatedZooKeeper, restart_proof_connect
 
 HOST: Final = "127.0.0.1"
@@ -101,25 +102,25 @@ async def test_zookeeper_writes_are_answered_with_retriable_errors_while_it_is_d
 
         await own_zookeeper.stop()
         # CreateTopics: bounded by its own timeout_ms, for all its topics together.
-        answer, took_s = await timed(
+        create_answer, took_s = await timed(
             connection,
             create_request(CREATE_TIMEOUT_MS, "during", "during-2", "during-3", "during-4"),
             m.CreateTopicsResponse,
         )
-        assert [r.error_code for r in answer.topics] == [ErrorCode.REQUEST_TIMED_OUT] * 4
-        for result in answer.topics:
+        assert [r.error_code for r in create_answer.topics] == [ErrorCode.REQUEST_TIMED_OUT] * 4
+        for result in create_answer.topics:
             assert "ZooKeeper did not answer within 1500 ms" in (result.error_message or "")
         assert CREATE_TIMEOUT_MS / 1000 <= took_s < CREATE_TIMEOUT_MS / 1000 + ANSWER_MARGIN_S
         # IncrementalAlterConfigs has no timeout of its own: the session timeout bounds it.
-        answer, took_s = await timed(
+        alter_answer, took_s = await timed(
             connection, alter_request(TOPIC), m.IncrementalAlterConfigsResponse
         )
-        (altered,) = answer.responses
+        (altered,) = alter_answer.responses
         assert altered.error_code == ErrorCode.REQUEST_TIMED_OUT, altered
         assert SESSION_TIMEOUT_MS / 1000 <= took_s < SESSION_TIMEOUT_MS / 1000 + ANSWER_MARGIN_S
         # InitProducerId needs a producer id block from ZooKeeper: the code clients retry.
-        answer, took_s = await timed(connection, INIT_PRODUCER_ID, m.InitProducerIdResponse)
-        assert answer.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        init_answer, took_s = await timed(connection, INIT_PRODUCER_ID, m.InitProducerIdResponse)
+        assert init_answer.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
         assert took_s < SESSION_TIMEOUT_MS / 1000 + ANSWER_MARGIN_S
         # The connection still serves, and so does the broker: produce and fetch go on.
         metadata = await connection.call(
@@ -134,17 +135,20 @@ async def test_zookeeper_writes_are_answered_with_retriable_errors_while_it_is_d
         # ZooKeeper came back, as Kafka's REQUEST_TIMED_OUT allows: then it already exists).
         async with asyncio.timeout(30):
             while True:
-                answer = await connection.call(
+                create_answer = await connection.call(
                     create_request(10_000, "during"), m.CreateTopicsResponse
                 )
-                code = answer.topics[0].error_code
+                code = create_answer.topics[0].error_code
                 if code in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
                     break
                 await asyncio.sleep(0.2)  # still reconnecting: REQUEST_TIMED_OUT again
-        answer = await connection.call(alter_request(TOPIC), m.IncrementalAlterConfigsResponse)
-        assert answer.responses[0].error_code == ErrorCode.NONE
-        answer = await connection.call(INIT_PRODUCER_ID, m.InitProducerIdResponse)
-        assert answer.error_code == ErrorCode.NONE and answer.producer_id >= 0
+        alter_answer = await connection.call(
+            alter_request(TOPIC), m.IncrementalAlterConfigsResponse
+        )
+        assert alter_answer.responses[0].error_code == ErrorCode.NONE
+        init_answer = await connection.call(INIT_PRODUCER_ID, m.InitProducerIdResponse)
+        assert init_answer.error_code == ErrorCode.NONE
+        assert init_answer.producer_id >= 0
     finally:
         await connection.close()
 
@@ -178,9 +182,10 @@ async def test_controller_requests_are_answered_while_zookeeper_is_down(
             metadata = await any_connection.call(m.MetadataRequest(topics=[]), m.MetadataResponse)
             return int(metadata.controller_id)
 
-        async with asyncio.timeout(30):
-            while await controller_id() not in brokers:
-                await asyncio.sleep(0.1)
+        async def elected() -> bool:
+            return await controller_id() in brokers
+
+        await wait_for(elected, 30, what="a controller among the brokers")
         controller = connections[await controller_id()]
         created = await controller.call(create_request(30_000, "moving"), m.CreateTopicsResponse)
         assert created.topics[0].error_code == ErrorCode.NONE

@@ -55,7 +55,8 @@ def faults_of_conversions(tmp_path: Path, mode: str, **environ: str) -> tuple[bo
 def test_pinned_thresholds_spare_the_page_faults_of_freed_blocks(tmp_path: Path) -> None:
     pinned, faults = faults_of_conversions(tmp_path, "pin")
     unpinned, default_faults = faults_of_conversions(tmp_path, "default")
-    assert pinned and not unpinned
+    assert pinned
+    assert not unpinned
     assert faults * 3 < default_faults, (faults, default_faults)
 
 

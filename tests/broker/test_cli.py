@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.broker import BrokerFactory, BrokerProcess, free_port
+from tests.support.broker import BrokerFactory, BrokerProcess
+from tests.support.ports import free_port
 
 CLI_TIMEOUT_S = 60
 
@@ -93,10 +94,13 @@ def test_topics_alter_sets_and_removes_overrides_and_describe_shows_each_source(
     assert ["min.cleanable.dirty.ratio", "0.1", "topic"] in rows(text)
 
     bad = riverbed("topics", "alter", "profiles", "--set", "cleanup.policy=shred", *server)
-    assert bad.returncode == 1 and bad.stderr.strip().count("\n") == 0
-    assert "INVALID_CONFIG" in bad.stderr and "cleanup.policy" in bad.stderr
+    assert bad.returncode == 1
+    assert bad.stderr.strip().count("\n") == 0
+    assert "INVALID_CONFIG" in bad.stderr
+    assert "cleanup.policy" in bad.stderr
     nothing = riverbed("topics", "alter", "profiles", *server)
-    assert nothing.returncode != 0 and "nothing to change" in nothing.stderr
+    assert nothing.returncode != 0
+    assert "nothing to change" in nothing.stderr
 
 
 def test_topic_errors_are_one_line_and_non_zero(broker: BrokerProcess) -> None:
@@ -109,14 +113,17 @@ def test_topic_errors_are_one_line_and_non_zero(broker: BrokerProcess) -> None:
 
     bad_config = riverbed("topics", "create", "x", "--config", "cleanup.policy=shred", *server)
     assert bad_config.returncode == 1
-    assert "INVALID_CONFIG" in bad_config.stderr and "cleanup.policy" in bad_config.stderr
+    assert "INVALID_CONFIG" in bad_config.stderr
+    assert "cleanup.policy" in bad_config.stderr
     assert bad_config.stderr.strip().count("\n") == 0
 
     unknown = riverbed("topics", "delete", "nope", *server)
-    assert unknown.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in unknown.stderr
+    assert unknown.returncode == 1
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in unknown.stderr
 
     rf = riverbed("topics", "create", "rf", "--replication-factor", "3", *server)
-    assert rf.returncode == 1 and "INVALID_REPLICATION_FACTOR" in rf.stderr
+    assert rf.returncode == 1
+    assert "INVALID_REPLICATION_FACTOR" in rf.stderr
 
 
 def test_unreachable_bootstrap_is_one_line() -> None:
@@ -186,7 +193,8 @@ def test_unreachable_zookeeper_is_one_line(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if line.startswith("riverbed: error:")]
-    assert errors == [errors[0]] and "could not connect to ZooKeeper" in errors[0], result.stderr
+    assert errors == [errors[0]], result.stderr
+    assert "could not connect to ZooKeeper" in errors[0], result.stderr
     assert "Traceback" not in result.stderr
 
 

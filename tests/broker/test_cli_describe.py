@@ -81,15 +81,18 @@ async def test_topics_describe_and_tier_show_offsets_and_both_tiers(
 
     after = json.loads((await cli(cluster, "topics", "describe", TOPIC, "--json")).stdout)
     for p in after["partitions"]:
-        assert p["cold_bytes"] > 0 and p["tiering_backlog_bytes"] == 0
+        assert p["cold_bytes"] > 0
+        assert p["tiering_backlog_bytes"] == 0
         # Everything below the active segment is in the cold tier.
         assert 0 < p["last_tiered_offset"] < p["high_watermark"] == RECORDS // 2
     text = (await cli(cluster, "topics", "describe", TOPIC)).stdout
     by_partition = {row[0]: row for row in rows(text) if row and row[0] in ("0", "1")}
     for p in after["partitions"]:
         row = by_partition[str(p["partition"])]
-        assert row[1] == str(p["leader"]) and row[7] == str(RECORDS // 2)  # high watermark
-        assert row[8] == str(p["last_tiered_offset"]) and row[10] == str(p["cold_bytes"])
+        assert row[1] == str(p["leader"])
+        assert row[7] == str(RECORDS // 2)  # high watermark
+        assert row[8] == str(p["last_tiered_offset"])
+        assert row[10] == str(p["cold_bytes"])
     assert ["remote.storage.enable", "true", "topic"] in rows(text)
 
 
@@ -142,4 +145,5 @@ async def test_kafka_python_describes_log_dirs(
 
     answer = await asyncio.to_thread(describe)
     text = repr(answer)
-    assert TOPIC in text and str(cluster.brokers[1].data_dir.resolve()) in text
+    assert TOPIC in text
+    assert str(cluster.brokers[1].data_dir.resolve()) in text

@@ -12,7 +12,8 @@ from confluent_kafka import Producer
 from kafka import KafkaConsumer
 
 from tests.broker.test_cli import riverbed
-from tests.support.broker import BrokerFactory, BrokerProcess, free_port
+from tests.support.broker import BrokerFactory, BrokerProcess
+from tests.support.ports import free_port
 
 GROUP_SETTINGS = {
     "group.initial.rebalance.delay.ms": "0",
@@ -112,9 +113,8 @@ def test_list_describe_reset_and_delete_a_group(broker_factory: BrokerFactory) -
         produce(broker, topic, 0, range(RECORDS, RECORDS + MORE_RECORDS))
         assert group in riverbed("groups", "list", *server).stdout.split()
         by_state = riverbed("groups", "list", "--state", "Stable", *server).stdout.splitlines()
-        assert by_state[0].split() == ["GROUP", "STATE"] and [group, "Stable"] in [
-            line.split() for line in by_state
-        ]
+        assert by_state[0].split() == ["GROUP", "STATE"]
+        assert [group, "Stable"] in [line.split() for line in by_state]
         assert group not in riverbed("groups", "list", "--state", "Empty", *server).stdout
 
         live = describe(broker, group)
@@ -142,8 +142,10 @@ def test_list_describe_reset_and_delete_a_group(broker_factory: BrokerFactory) -
             },
         ]
         text = riverbed("groups", "describe", group, *server).stdout
-        assert "State: Stable" in text and "CURRENT-OFFSET  LOG-END-OFFSET  LAG" in text
-        assert CLIENT_ID in text and f"{topic}:0,1" in text
+        assert "State: Stable" in text
+        assert "CURRENT-OFFSET  LOG-END-OFFSET  LAG" in text
+        assert CLIENT_ID in text
+        assert f"{topic}:0,1" in text
 
         # A live group's offsets are not reset, nor is it deleted.
         busy = riverbed("groups", "reset-offsets", group, "--topic", topic, "--to-earliest",
@@ -156,7 +158,8 @@ def test_list_describe_reset_and_delete_a_group(broker_factory: BrokerFactory) -
 
     assert describe(broker, group)["state"] == "Empty"
     dry = riverbed("groups", "reset-offsets", group, "--topic", topic, "--to-earliest", *server)
-    assert dry.returncode == 0 and "dry run" in dry.stderr
+    assert dry.returncode == 0
+    assert "dry run" in dry.stderr
     assert [line.split() for line in dry.stdout.splitlines()] == [
         ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"],
         [group, topic, "0", "0"],
@@ -178,7 +181,8 @@ def test_list_describe_reset_and_delete_a_group(broker_factory: BrokerFactory) -
     assert committed(broker, group) == {0: RECORDS + 1, 1: 1}
     clamped = riverbed("groups", "reset-offsets", group, "--topic", f"{topic}:0", "--to-offset",
                        "99", "--execute", *server)  # fmt: skip
-    assert clamped.returncode == 0 and "outside the log" in clamped.stderr
+    assert clamped.returncode == 0
+    assert "outside the log" in clamped.stderr
     assert committed(broker, group) == {0: RECORDS + MORE_RECORDS, 1: 1}
     reset(broker, group, "--topic", topic, "--to-latest", "--execute")
     after = describe(broker, group)
@@ -189,7 +193,8 @@ def test_list_describe_reset_and_delete_a_group(broker_factory: BrokerFactory) -
     assert after["members"] == []
 
     deleted = riverbed("groups", "delete", group, *server)
-    assert deleted.returncode == 0 and deleted.stdout.strip() == f"deleted group {group}"
+    assert deleted.returncode == 0
+    assert deleted.stdout.strip() == f"deleted group {group}"
     assert group not in riverbed("groups", "list", *server).stdout.split()
     assert_one_line_error(riverbed("groups", "describe", group, *server), "GROUP_ID_NOT_FOUND")
     assert_one_line_error(riverbed("groups", "delete", group, *server), "GROUP_ID_NOT_FOUND")
@@ -207,9 +212,11 @@ def test_group_errors_are_one_line(broker_factory: BrokerFactory) -> None:
 
     bad_time = riverbed("groups", "reset-offsets", "g", "--topic", "t", "--to-datetime",
                         "yesterday", *server)  # fmt: skip
-    assert bad_time.returncode == 2 and "ISO 8601" in bad_time.stderr
+    assert bad_time.returncode == 2
+    assert "ISO 8601" in bad_time.stderr
     no_target = riverbed("groups", "reset-offsets", "g", "--topic", "t", *server)
-    assert no_target.returncode == 2 and "--to-earliest" in no_target.stderr
+    assert no_target.returncode == 2
+    assert "--to-earliest" in no_target.stderr
 
     nowhere = ("--bootstrap-server", f"127.0.0.1:{free_port()}")
     for action in (("list",), ("describe", "g"), ("delete", "g")):

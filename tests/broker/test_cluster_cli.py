@@ -6,7 +6,6 @@ The CLI runs as a subprocess on free ports (never 9092); what it started is foun
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import re
@@ -266,7 +265,8 @@ def test_cluster_up_bad_input_is_one_line_and_starts_nothing(tmp_path: Path) -> 
             assert result.returncode == 1, (args, result.stderr)
             # One error line; kazoo may log its reconnect attempts before it.
             lines = [line for line in result.stderr.splitlines() if " level=" not in line]
-            assert len(lines) == 1 and lines[0].startswith("riverbed: error:"), result.stderr
+            assert len(lines) == 1, result.stderr
+            assert lines[0].startswith("riverbed: error:"), result.stderr
             assert expected in lines[0], (args, lines[0])
             assert processes_mentioning(str(data_dir)) == [], args
 
@@ -330,8 +330,5 @@ async def test_cluster_up_tiers_its_demo_topic_to_a_directory_under_its_data_dir
                 await producer.send("demo", b"%d" % i * 20, partition=0)
             await producer.flush()
         manifests = data_dir / "cold" / "demo" / "0" / "manifest"
-        deadline = time.monotonic() + 30
-        while not list(manifests.glob("*.json")) and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        assert list(manifests.glob("*.json")), "nothing tiered within 30 s"
+        await wait_for(lambda: list(manifests.glob("*.json")), 30, what="a tiered segment")
         assert cluster.interrupt() == 0, cluster.errors()

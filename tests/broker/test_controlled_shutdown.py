@@ -95,7 +95,8 @@ async def test_controlled_shutdown_moves_leaderships(
             # checked: a leader may take it back in while the process still runs and fetches.
             assert new.leader_epoch == old.leader_epoch + 1, (old, new)
             expected_leader = old.leader if old.leader != leaving else new.leader
-            assert new.leader == expected_leader and new.leader in old.isr, (old, new)
+            assert new.leader == expected_leader, (old, new)
+            assert new.leader in old.isr, (old, new)
 
 
 async def test_only_the_controller_answers_controlled_shutdown(

@@ -24,6 +24,7 @@ from riverbed.broker.controlled_shutdown import (
 from riverbed.client.admin import Admin
 
 from tests.support.broker import BrokerFactory, BrokerProcess
+from tests.support.cluster import wait_for
 from tests.support.zookeeper import DedicatedZooKeeper, restart_proof_connect
 
 SESSION_TIMEOUT_MS: Final = 4_000
@@ -74,9 +75,12 @@ async def test_sigterm_while_zookeeper_is_down_stops_within_the_bound(
         for value in VALUES:
             await producer.send(TOPIC, value, partition=0)
         await producer.flush()
-    async with asyncio.timeout(30):
-        while (active := await controller_id(bootstrap)) not in brokers:
-            await asyncio.sleep(0.1)
+
+    async def elected() -> int | None:
+        active = await controller_id(bootstrap)
+        return active if active in brokers else None
+
+    active = await wait_for(elected, 30, what="a controller among the brokers")
     stopped = active if stopping == "controller" else next(i for i in brokers if i != active)
     kept = next(i for i in brokers if i != stopped)
 

@@ -57,7 +57,8 @@ def test_key_value_lines() -> None:
         'event=partition.leader_changed topic=orders partition=0 isr=1,2 note="a \\"b\\"=c"'
     )
     plain = KeyValueFormatter().format(record("two\nlines %d", 7))
-    assert plain.endswith('msg="two\\nlines 7"') and "\n" not in plain
+    assert plain.endswith('msg="two\\nlines 7"')
+    assert "\n" not in plain
     assert (
         KeyValueFormatter()
         .format(event_record("e", empty="", none=None, flag=True))
@@ -81,11 +82,13 @@ def test_json_lines_keep_types_and_tracebacks() -> None:
         failed = record("failed", exc_info=sys.exc_info())
     for formatter in (JsonFormatter(), KeyValueFormatter()):
         text = formatter.format(failed)
-        assert "\n" not in text and "ValueError: boom" in text.replace("\\n", "\n")
+        assert "\n" not in text
+        assert "ValueError: boom" in text.replace("\\n", "\n")
     assert "Traceback" in json.loads(JsonFormatter().format(failed))["exc"]
     # A field named like a fixed key is kept, not lost.
     clash = json.loads(JsonFormatter().format(event_record("e", level="high")))
-    assert clash["level"] == "INFO" and clash["field.level"] == "high"
+    assert clash["level"] == "INFO"
+    assert clash["field.level"] == "high"
 
 
 def events(cluster: TestCluster) -> list[dict[str, object]]:
@@ -94,7 +97,8 @@ def events(cluster: TestCluster) -> list[dict[str, object]]:
     for broker in cluster.brokers.values():
         for line in broker.log_path.read_text(encoding="utf-8").splitlines():
             document = json.loads(line)
-            assert isinstance(document, dict) and {"ts", "level", "logger"} <= document.keys()
+            assert isinstance(document, dict)
+            assert {"ts", "level", "logger"} <= document.keys()
             document["broker_log"] = broker.broker_id
             parsed.append(document)
     return parsed
@@ -155,7 +159,8 @@ async def test_a_json_logged_incident_reads_as_events(
 
     # Retention deleted old segments; tiering uploaded sealed ones.
     deleted = await wait_for_event(cluster, "log.segments_deleted", topic=TOPIC, partition=0)
-    assert deleted["level"] == "INFO" and int(str(deleted["bytes"])) > 0
+    assert deleted["level"] == "INFO"
+    assert int(str(deleted["bytes"])) > 0
     uploaded = await wait_for_event(cluster, "tiering.segment_uploaded", topic="tiered")
     assert int(str(uploaded["records"])) > 0
 
@@ -167,7 +172,8 @@ async def test_a_json_logged_incident_reads_as_events(
         garbage.settimeout(WAIT_S)
         assert garbage.recv(1) == b""  # closed by the broker
     closed = await wait_for_event(cluster, "client.connection_closed")
-    assert closed["level"] == "WARNING" and str(local[1]) in str(closed["client"])
+    assert closed["level"] == "WARNING"
+    assert str(local[1]) in str(closed["client"])
     assert await partition_state(cluster.bootstrap, TOPIC, 0)
 
     # The leader dies: the controller's decision and the new leader's ISR shrink are events.

@@ -8,6 +8,7 @@ from confluent_kafka import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
     Consumer,
+    Message,
     Producer,
     TopicPartition,
 )
@@ -37,7 +38,7 @@ def _produce_and_read(
         }
     )
     consumer.assign([TopicPartition(topic, 0, 0)])
-    messages = []
+    messages: list[Message] = []
     deadline = time.monotonic() + TIMEOUT_S
     while len(messages) < 10 and time.monotonic() < deadline:
         messages.extend(m for m in consumer.consume(10, 1.0) if m.error() is None)

@@ -52,7 +52,12 @@ async def test_regions_arrive_whole_and_in_order(
     monkeypatch.setattr(loop, "sendfile", counting_sendfile)
     reader, writer, (server, client_writer) = await _connected()
     try:
-        chunks = [b"head", _region(segment, 100, region_bytes), b"mid", _region(segment, 7, 5)]
+        chunks: list[bytes | FileRegion] = [
+            b"head",
+            _region(segment, 100, region_bytes),
+            b"mid",
+            _region(segment, 7, 5),
+        ]
         received = asyncio.ensure_future(reader.readexactly(4 + region_bytes + 3 + 5))
         await write_chunks(writer, [*chunks, b"tail"])
         expected = b"head" + data[100 : 100 + region_bytes] + b"mid" + data[7:12]
@@ -61,7 +66,8 @@ async def test_regions_arrive_whole_and_in_order(
         if region_bytes <= 170:
             assert through_loop == []  # straight to the socket: no loop iteration per region
         else:
-            assert through_loop and through_loop[0] < region_bytes  # the rest, once it was full
+            assert through_loop
+            assert through_loop[0] < region_bytes  # the rest, once it was full
     finally:
         writer.close()
         client_writer.close()
@@ -89,7 +95,8 @@ async def test_a_response_of_several_chunks_leaves_corked_and_the_socket_is_unco
     monkeypatch.setattr(os, "sendfile", observing_sendfile)
     try:
         await write_chunks(writer, [b"head", _region(segment, 0, len(data)), b"tail"])
-        assert corked_at_sendfile and all(corked_at_sendfile)
+        assert corked_at_sendfile
+        assert all(corked_at_sendfile)
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK) == 0
         received = await asyncio.wait_for(reader.readexactly(4 + len(data) + 4), timeout=5)
         assert received == b"head" + data + b"tail"

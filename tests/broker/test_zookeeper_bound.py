@@ -88,7 +88,11 @@ async def test_a_lost_connection_is_the_code_given(zk_chroot: str) -> None:
 
 async def test_other_errors_and_timeouts_are_not_its_business(zk_chroot: str) -> None:
     async with AsyncZooKeeper(zk_chroot) as zk:
-        with pytest.raises(TimeoutError, match="not ours"):
+
+        async def a_timeout_of_the_caller() -> None:
             async with zookeeper_bound(CONFIG, "x"):
                 await zk.get("/")
                 raise TimeoutError("not ours")
+
+        with pytest.raises(TimeoutError, match="not ours"):
+            await a_timeout_of_the_caller()

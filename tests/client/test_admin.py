@@ -76,7 +76,8 @@ async def test_describe_configs_reports_value_and_source(broker_factory: BrokerF
 
     retention = configs["retention.ms"]
     assert (retention.value, retention.source) == ("3600000", ConfigSource.DYNAMIC_TOPIC_CONFIG)
-    assert not retention.read_only and not retention.sensitive
+    assert not retention.read_only
+    assert not retention.sensitive
     segment_bytes = configs["segment.bytes"]
     assert (segment_bytes.value, segment_bytes.source) == (
         "1048576",
@@ -128,7 +129,8 @@ async def test_a_bad_config_is_invalid_config_naming_the_key(
         assert await admin.describe_configs(name) == before
 
     assert refused.value.code == ErrorCode.INVALID_CONFIG
-    assert repr(key) in str(refused.value) and allowed in str(refused.value)
+    assert repr(key) in str(refused.value)
+    assert allowed in str(refused.value)
 
 
 async def test_validate_only_checks_but_changes_nothing(broker: BrokerProcess) -> None:
@@ -161,7 +163,8 @@ async def test_list_offsets_earliest_latest_and_by_timestamp(broker: BrokerProce
         empty, full = TopicPartition(name, 0), TopicPartition(name, 1)
 
         offsets = await admin.list_offsets({empty: "latest", full: "latest"})
-        assert offsets[empty].offset == 0 and offsets[full].offset == 5
+        assert offsets[empty].offset == 0
+        assert offsets[full].offset == 5
 
         assert (await admin.list_offsets({full: "earliest"}))[full].offset == 0
         found = (await admin.list_offsets({full: BASE_TIMESTAMP_MS + 2500}))[full]

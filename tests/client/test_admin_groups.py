@@ -73,7 +73,11 @@ def consume_and_commit(consumer: Consumer, topic: str, count: int) -> dict[Topic
         if message is None:
             continue
         assert message.error() is None, message.error()
-        positions[TopicPartition(message.topic(), message.partition())] = message.offset() + 1
+        name, partition, offset = message.topic(), message.partition(), message.offset()
+        assert name is not None
+        assert partition is not None
+        assert offset is not None
+        positions[TopicPartition(name, partition)] = offset + 1
         consumed += 1
     consumer.commit(asynchronous=False)
     return positions
@@ -101,7 +105,10 @@ def first_records(bootstrap: str, group_id: str, topic: str) -> dict[int, int]:
             assert time.monotonic() < deadline, f"records came from partitions {sorted(first)}"
             message = consumer.poll(POLL_TIMEOUT_S)
             if message is not None and message.error() is None:
-                first.setdefault(message.partition(), message.offset())
+                partition, offset = message.partition(), message.offset()
+                assert partition is not None
+                assert offset is not None
+                first.setdefault(partition, offset)
     finally:
         consumer.close()
     return first
@@ -135,7 +142,8 @@ async def test_a_live_group_is_listed_described_and_protected(broker: BrokerProc
             assert group.protocol == "range"  # librdkafka's first partition.assignment.strategy
             assert group.coordinator == broker.broker_id
             (only,) = group.members
-            assert only.client_id == CLIENT_ID and "127.0.0.1" in only.client_host
+            assert only.client_id == CLIENT_ID
+            assert "127.0.0.1" in only.client_host
             assert only.group_instance_id is None
             assert set(only.assignment or ()) == {
                 TopicPartition(topic, p) for p in range(PARTITIONS)

@@ -60,6 +60,7 @@ async def test_list_offsets_retries_offset_not_available(proxy: RecordingProxy) 
         answers = await admin.list_offsets({tp: "latest"})
     assert answers[tp].offset == RECORDS
     rewrite = proxy.rewrite
-    assert isinstance(rewrite, NotAvailableYet) and rewrite.rewritten == NOT_AVAILABLE_ANSWERS
+    assert isinstance(rewrite, NotAvailableYet)
+    assert rewrite.rewritten == NOT_AVAILABLE_ANSWERS
     list_offsets_key = m.ListOffsetsRequest.API_KEY
     assert proxy.api_keys().count(list_offsets_key) == NOT_AVAILABLE_ANSWERS + 1

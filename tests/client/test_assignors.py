@@ -338,7 +338,8 @@ def check_cooperative_round(subscriptions: Mapping[str, Subscription], result: P
             claims = [member_generation(s) for m, s in subscriptions.items() if tp in owned[m]]
             if claims:
                 mine = member_generation(subscriptions[member]) if tp in owned[member] else None
-                assert mine == max(claims) and claims.count(mine) == 1, (member, tp, claims)
+                assert mine == max(claims), (member, tp, claims)
+                assert claims.count(mine) == 1, (member, tp, claims)
 
 
 def check_complete(

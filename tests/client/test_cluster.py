@@ -54,7 +54,8 @@ class FakeClock:
 def test_cluster_folds_a_response() -> None:
     clock = FakeClock()
     cluster = ClusterMetadata(metadata_max_age_ms=1000, clock=clock)
-    assert cluster.stale and cluster.leader_for(TopicPartition("orders", 0)) is None
+    assert cluster.stale
+    assert cluster.leader_for(TopicPartition("orders", 0)) is None
     cluster.update(_response())
     assert not cluster.stale
     assert cluster.partitions_for("orders") == (0, 1)
@@ -105,7 +106,8 @@ async def test_pool_refreshes_and_reconnects(broker: BrokerProcess) -> None:
         await connection.close()  # as if the broker hung up
         assert cluster.stale
         again = await pool.leader_connection(tp)
-        assert again is not connection and not again.closed
+        assert again is not connection
+        assert not again.closed
         # Concurrent refreshes share one request.
         await asyncio.gather(*(pool.refresh() for _ in range(5)))
     finally:

@@ -251,16 +251,19 @@ async def test_reads_kcat_records_byte_exact(broker: BrokerProcess, codec: str) 
     topic = create_topic(broker)
     lines = [(b"key%d" % i, b"value \x01\xfe %d" % i) for i in range(200)]
     stdin = b"".join(k + b"\t" + v + b"\n" for k, v in lines)
-    subprocess.run(
+    await asyncio.to_thread(
+        subprocess.run,
         [KCAT, "-b", broker.bootstrap, "-P", "-t", topic, "-p", "0", "-K", "\t", "-z", codec,
          "-H", "origin=kcat", "-X", "acks=all"],
         input=stdin, check=True, capture_output=True, timeout=TIMEOUT_S,
     )  # fmt: skip
-    timestamps = subprocess.run(
+    read_back = await asyncio.to_thread(
+        subprocess.run,
         [KCAT, "-b", broker.bootstrap, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e",
          "-q", "-f", "%T\n"],
         check=True, capture_output=True, timeout=TIMEOUT_S,
-    ).stdout.split()  # fmt: skip
+    )  # fmt: skip
+    timestamps = read_back.stdout.split()
     tp = TopicPartition(topic, 0)
     async with consumer(broker, auto_offset_reset="earliest") as c:
         c.assign([tp])

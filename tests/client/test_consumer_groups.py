@@ -239,7 +239,8 @@ class ProcessMember:
         return self._owned
 
     async def _read(self) -> None:
-        assert self._process is not None and self._process.stdout is not None
+        assert self._process is not None
+        assert self._process.stdout is not None
         async for line in self._process.stdout:
             event = json.loads(line)
             if event["e"] == "processed":
@@ -250,7 +251,8 @@ class ProcessMember:
             self.ledger.events.setdefault(self.name, []).append((event["t"], event["e"], owned))
 
     async def kill(self) -> None:
-        assert self._process is not None and self._reader is not None
+        assert self._process is not None
+        assert self._reader is not None
         self._process.kill()
         await self._process.wait()
         await self._reader  # everything it reported before dying
@@ -595,7 +597,8 @@ async def test_a_partition_starts_at_its_committed_offset_or_fails_with_reset_no
         assert await resumed.committed([tp]) == {tp: OffsetAndMetadata(10)}
         assert resumed.member_state is MemberState.STABLE
         member_id = resumed.member_id
-        assert member_id is not None and member_id.startswith("riverbed-")  # <client.id>-<uuid>
+        assert member_id is not None
+        assert member_id.startswith("riverbed-")  # <client.id>-<uuid>
 
 
 # -- the poll interval and the session ---------------------------------------------------------

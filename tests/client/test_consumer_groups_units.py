@@ -4,6 +4,7 @@ subscriptions, the OffsetCommit / OffsetFetch shapes and the group settings."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
 from riverbed.client.group.assignors import RebalanceProtocol, assignor_for
@@ -40,22 +41,28 @@ TP1 = TopicPartition("orders", 1)
 # -- the member's state machine ---------------------------------------------------------------
 def test_a_member_goes_through_join_sync_and_stable_and_back_on_rejoin() -> None:
     member = GroupMember("g", None)
-    assert member.state is MemberState.UNJOINED and not member.heartbeating
+    assert member.state is MemberState.UNJOINED
+    assert not member.heartbeating
     member.request_rejoin("subscribed")
     member.request_rejoin("later reasons do not overwrite the first")
     assert member.rejoin_reason == "subscribed"
     member.join_sent()
-    assert member.state is MemberState.JOINING and not member.rejoin_needed
+    assert member.state is MemberState.JOINING
+    assert not member.rejoin_needed
     member.member_id_assigned("m-1")  # MEMBER_ID_REQUIRED: still joining, now with an id
     assert member.state is MemberState.JOINING
     assert member.generation == Generation(NO_GENERATION, "m-1")
     member.join_sent()
     member.joined(Generation(4, "m-1", "range"))
-    assert member.state is MemberState.SYNCING and member.heartbeating and member.in_rebalance
+    assert member.state is MemberState.SYNCING
+    assert member.heartbeating
+    assert member.in_rebalance
     member.synced()
-    assert member.state is MemberState.STABLE and not member.in_rebalance
+    assert member.state is MemberState.STABLE
+    assert not member.in_rebalance
     member.join_sent()  # a rebalance: the generation stays until JoinGroup answers
-    assert member.state is MemberState.JOINING and member.generation.generation_id == 4
+    assert member.state is MemberState.JOINING
+    assert member.generation.generation_id == 4
 
 
 def test_a_reset_forgets_the_generation_and_keeps_the_member_id_only_when_asked() -> None:
@@ -68,7 +75,8 @@ def test_a_reset_forgets_the_generation_and_keeps_the_member_id_only_when_asked(
     assert member.generation == Generation(NO_GENERATION, "m-1")
     assert member.rejoin_reason == "ILLEGAL_GENERATION"
     member.reset(None)
-    assert member.generation == Generation() and not member.rejoin_needed
+    assert member.generation == Generation()
+    assert not member.rejoin_needed
     assert member.static
 
 
@@ -77,12 +85,13 @@ def test_a_reset_forgets_the_generation_and_keeps_the_member_id_only_when_asked(
 def test_every_transition_outside_the_table_raises(state: MemberState, event: MemberEvent) -> None:
     member = GroupMember("g", None)
     member.state = state
-    apply = {
+    events: dict[MemberEvent, Callable[[], object]] = {
         MemberEvent.JOIN_SENT: member.join_sent,
         MemberEvent.JOINED: lambda: member.joined(Generation(1, "m", "range")),
         MemberEvent.SYNCED: member.synced,
         MemberEvent.RESET: lambda: member.reset("x"),
-    }[event]
+    }
+    apply = events[event]
     target = TRANSITIONS.get((state, event))
     if target is None:
         with pytest.raises(IllegalTransitionError):
@@ -124,7 +133,8 @@ def test_the_session_expires_without_a_successful_heartbeat() -> None:
 def test_the_poll_interval_counts_only_time_outside_getmany() -> None:
     t = timers()
     t.poll_started(100.0)
-    assert t.until_poll_expiry_s(500.0) is None and not t.poll_expired(500.0)
+    assert t.until_poll_expiry_s(500.0) is None
+    assert not t.poll_expired(500.0)
     t.poll_ended(500.0)
     assert t.until_poll_expiry_s(530.0) == pytest.approx(30.0)
     assert not t.poll_expired(559.0)

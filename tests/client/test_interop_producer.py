@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import time
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 from riverbed import Admin, Producer
 
 from tests.support.broker import BrokerProcess
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 TIMEOUT_S = 30
-RECORDS = [
+RECORDS: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]] = [
     (b"k1", b"plain value", [("h", b"1")], 1_700_000_000_000),
     (None, b"\x00\xff binary \xc3\xa9", [], 1_700_000_000_001),
     (b"k2", b"", [("a", b"x"), ("a", None)], 1_700_000_000_002),
@@ -40,7 +41,7 @@ async def test_confluent_kafka_reads_what_riverbed_wrote(broker: BrokerProcess, 
         {"bootstrap.servers": broker.bootstrap, "group.id": "x", "enable.auto.commit": False}
     )
     consumer.assign([TopicPartition(topic, 0, 0)])
-    messages = []
+    messages: list[Message] = []
     deadline = time.monotonic() + TIMEOUT_S
     while len(messages) < len(RECORDS) and time.monotonic() < deadline:
         messages += [m for m in consumer.consume(10, 1.0) if m.error() is None]
@@ -54,12 +55,13 @@ async def test_kcat_reads_what_riverbed_wrote(broker: BrokerProcess, codec: str)
     topic = f"to-kcat-{codec}"
     await _produce(broker, topic, codec)
     # Length-prefixed output: key and value lengths (-1 for null), timestamp, then the raw bytes.
-    out = subprocess.run(
+    read = await asyncio.to_thread(
+        subprocess.run,
         ["kcat", "-C", "-b", broker.bootstrap, "-t", topic, "-e", "-q",
          "-f", "%K,%S,%T;%k%s"],
         capture_output=True, check=True, timeout=TIMEOUT_S,
-    ).stdout  # fmt: skip
-    assert _parse_kcat(out) == [(k, v, t) for k, v, _, t in RECORDS]
+    )  # fmt: skip
+    assert _parse_kcat(read.stdout) == [(k, v, t) for k, v, _, t in RECORDS]
 
 
 def _parse_kcat(out: bytes) -> list[tuple[bytes | None, bytes | None, int]]:

@@ -7,6 +7,7 @@ import itertools
 import random
 
 import pytest
+from confluent_kafka import KafkaError, Message
 from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 from riverbed.client.partitioner import StickyPartitioner, murmur2, partition_for_key
@@ -58,9 +59,12 @@ async def test_keyed_partitions_match_confluent_murmur2_random(broker: BrokerPro
     )
     theirs: dict[bytes, int] = {}
 
-    def on_delivery(error: object, message: object) -> None:
+    def on_delivery(error: KafkaError | None, message: Message) -> None:
         assert error is None, error
-        theirs[message.key()] = message.partition()  # type: ignore[attr-defined]
+        key, partition = message.key(), message.partition()
+        assert key is not None
+        assert partition is not None
+        theirs[key] = partition
 
     for key in keys:
         confluent.produce("keyed", b"v", key=key, on_delivery=on_delivery)

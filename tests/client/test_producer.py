@@ -53,7 +53,7 @@ def stored(broker: BrokerProcess, topic: str, partition: int = 0) -> list[Stored
 def stored_records(broker: BrokerProcess, topic: str) -> list[Any]:
     data = b"".join(path.read_bytes() for path in broker.segment_files(topic, 0))
     records = MemoryRecords(data)
-    result = []
+    result: list[Any] = []
     while (batch := records.next_batch()) is not None:
         result.extend((batch, record) for record in batch)
     return result
@@ -211,9 +211,13 @@ async def test_max_block_ms_bounds_the_wait_for_space(broker: BrokerProcess) -> 
         broker, buffer_memory=2_000, batch_size=1_000, max_block_ms=300
     ) as producer:
         await (await producer.send("blocked", VALUE))
-        with paused(broker), pytest.raises(KafkaTimeoutError):
+
+        async def fill_the_buffer() -> None:
             for _ in range(100):
                 await producer.send("blocked", VALUE)
+
+        with paused(broker), pytest.raises(KafkaTimeoutError):
+            await fill_the_buffer()
         await producer.flush()
 
 
@@ -319,6 +323,7 @@ async def test_requests_leave_in_sequence_order_while_a_connection_opens(
         if isinstance(body, ProduceRequest):
             for topic in body.topic_data:
                 for data in topic.partition_data:
+                    assert isinstance(data.records, bytes | memoryview)
                     batch = MemoryRecords(bytes(data.records)).next_batch()
                     sent_sequences.append(batch.base_sequence)
         return original_send(self, body, **kwargs)
@@ -332,9 +337,11 @@ async def test_requests_leave_in_sequence_order_while_a_connection_opens(
             futures.append(await p.send("opening", VALUE, partition=0))
             await asyncio.sleep(0.005 if i % 2 else 0)
         offsets = [(await future).offset for future in futures]
-    assert requests_while_opening and not any(requests_while_opening), requests_while_opening
+    assert requests_while_opening, requests_while_opening
+    assert not any(requests_while_opening), requests_while_opening
     assert offsets == sorted(offsets)
-    assert sent_sequences and sent_sequences == sorted(sent_sequences), sent_sequences
+    assert sent_sequences, sent_sequences
+    assert sent_sequences == sorted(sent_sequences), sent_sequences
 
 
 async def test_batch_size_holds_as_many_records_as_their_encoding_allows(

@@ -45,7 +45,7 @@ async def test_kill_and_restart_mid_produce_loses_and_duplicates_nothing(
     assert offsets == sorted(offsets)  # retries kept the order
     data = b"".join(p.read_bytes() for p in broker.segment_files("crash", 0))
     records = MemoryRecords(data)
-    values = []
+    values: list[bytes | None] = []
     while (batch := records.next_batch()) is not None:
         values.extend(record.value for record in batch)
     assert values == [b"%06d" % i for i in range(RECORDS)]  # each exactly once, in order

@@ -106,5 +106,5 @@ def test_error_families() -> None:
     assert isinstance(error_for(3), UnknownTopicOrPartitionError)
     assert isinstance(error_for(6), NotLeaderOrFollowerError)
     assert isinstance(error_for(2), CorruptMessageError)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="NONE is not an error"):
         error_for(0)

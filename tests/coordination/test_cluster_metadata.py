@@ -71,7 +71,8 @@ async def test_stale_registration_of_a_live_session_is_a_conflict(
     await store.zk.stop()
     await asyncio.wait_for(waiting, WAIT_S)
     stat = await rival.zk.exists(layout.broker_path(1))
-    assert stat is not None and stat.ephemeral_owner == rival.zk.session_id
+    assert stat is not None
+    assert stat.ephemeral_owner == rival.zk.session_id
     await rival.zk.stop()
 
 
@@ -82,14 +83,17 @@ async def test_controller_failover(zk_chroot: str) -> None:
     election_2 = ControllerElection(second, 2, lambda won: changes.append((2, won)))
     await election_1.start()
     await election_2.start()
-    assert election_1.is_controller and not election_2.is_controller
-    assert first.controller_epoch == 1 and await second.get_controller() == 1
+    assert election_1.is_controller
+    assert not election_2.is_controller
+    assert first.controller_epoch == 1
+    assert await second.get_controller() == 1
     assert await second.elect_controller(2) is False
 
     await first.zk.stop()  # the controller's session ends: the other contender takes over
     await eventually(lambda: election_2.is_controller)
     await eventually(lambda: not election_1.is_controller)
-    assert second.controller_epoch == 2 and await second.get_controller() == 2
+    assert second.controller_epoch == 2
+    assert await second.get_controller() == 2
     # Each contender's news comes from its own session, so which of the two is heard first is a
     # race (one CI run heard 2 win before 1 lose); Kafka does not order them either and fences a
     # stale controller by its epoch instead, checked above. Each contender's own story is fixed.
@@ -107,7 +111,8 @@ async def test_create_and_delete_topic(store: ClusterMetadataStore) -> None:
     assert Counter(replicas[0] for replicas in assignment.partitions.values()) == {1: 2, 2: 2, 3: 2}
     for partition, replicas in assignment.partitions.items():
         state, version = await store.get_partition_state("orders", partition)
-        assert state == PartitionState(replicas[0], 0, replicas, 0) and version == 0
+        assert state == PartitionState(replicas[0], 0, replicas, 0)
+        assert version == 0
     config, _ = await store.zk.get(layout.topic_config_path("orders"))
     assert b'"retention.ms":"60000"' in config
 
@@ -178,13 +183,14 @@ async def test_cache_initial_load_and_updates(store: ClusterMetadataStore, zk_ch
     watcher = MetadataWatcher(watcher_zk, cache)
     await watcher.start()
     # Complete as soon as start() returns.
-    assert set(cache.brokers()) == {1} and cache.controller_id == 1
+    assert set(cache.brokers()) == {1}
+    assert cache.controller_id == 1
     assert cache.cluster_id == await store.ensure_cluster_id()
     assert cache.topic_names() == {"first"}
     first = cache.topic("first")
-    assert (
-        first is not None and first.topic_id == first_id and first.configs == {"retention.ms": "5"}
-    )
+    assert first is not None
+    assert first.topic_id == first_id
+    assert first.configs == {"retention.ms": "5"}
     assert cache.topic_by_id(first_id) is first
     assert cache.partition("first", 1) is not None
     assert any(change.topics_added == {"first"} for change in changes)
@@ -194,7 +200,9 @@ async def test_cache_initial_load_and_updates(store: ClusterMetadataStore, zk_ch
     second_id = await store.create_topic("second", 3, 2, {}, {1, 2})
     await cache.wait_until(lambda c: c.topic("second") is not None and 2 in c.brokers(), 5000)
     second = cache.topic("second")
-    assert second is not None and second.topic_id == second_id and len(second.partitions) == 3
+    assert second is not None
+    assert second.topic_id == second_id
+    assert len(second.partitions) == 3
 
     state, version = await store.get_partition_state("second", 0)
     await store.update_partition_state(
@@ -214,7 +222,8 @@ async def test_cache_initial_load_and_updates(store: ClusterMetadataStore, zk_ch
     await store.delete_topic("first")
     await cache.wait_until(lambda c: c.topic("first") is None, 5000)
     removed = [t for change in changes for t in change.topics_removed]
-    assert [t.topic_id for t in removed] == [first_id] and cache.topic_by_id(first_id) is None
+    assert [t.topic_id for t in removed] == [first_id]
+    assert cache.topic_by_id(first_id) is None
 
     await second_store.zk.stop()  # broker 2's session ends
     await cache.wait_until(lambda c: set(c.brokers()) == {1}, 5000)

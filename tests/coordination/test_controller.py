@@ -223,7 +223,8 @@ async def test_controller_failover(cluster: Cluster) -> None:
     await cluster.broker(4)
     await cluster.broker(5)
     await create_topic(cluster, "t", {3, 4, 5}, partitions=2)
-    assert nodes[0].controller.active and not nodes[1].controller.active
+    assert nodes[0].controller.active
+    assert not nodes[1].controller.active
 
     def active_at(epoch: int) -> ControllerNode | None:
         # A deposed controller may act until it hears its session expired: the epoch check
@@ -269,7 +270,8 @@ async def test_stale_controller_writes_nothing(cluster: Cluster) -> None:
         # Another broker is elected behind its back (its /controller is gone, the epoch bumped).
         rival = await cluster.store()
         await rival.zk.delete(layout.CONTROLLER_PATH)
-        assert await rival.elect_controller(9) and rival.controller_epoch == 2
+        assert await rival.elect_controller(9)
+        assert rival.controller_epoch == 2
 
         await cluster.kill(2)
         await eventually(lambda: not controller.active, "the stale controller stands down")
@@ -368,7 +370,8 @@ async def test_controlled_shutdown(cluster: Cluster) -> None:
     await cluster.broker(2, timestamp_ms=2)
     followed = await wait_for_state(cluster, "followed", lambda s: s.leader == 2)
     alone = await wait_for_state(cluster, "alone", lambda s: s.leader == 2 and s.leader_epoch > 0)
-    assert followed.isr == (2,) and alone.isr == (2,)
+    assert followed.isr == (2,)
+    assert alone.isr == (2,)
 
 
 async def test_request_controlled_shutdown_retries_then_gives_up(cluster: Cluster) -> None:
@@ -384,7 +387,8 @@ async def test_request_controlled_shutdown_retries_then_gives_up(cluster: Cluste
     moved = await request_controlled_shutdown(
         node.cache, 1, node.controller, dialer, attempts_max=2, retry_backoff_ms=200
     )
-    assert not moved and time.monotonic() - started >= 0.2
+    assert not moved
+    assert time.monotonic() - started >= 0.2
 
     await set_state(cluster, "t", 1, (1, 2))  # broker 2 caught up
     assert await request_controlled_shutdown(node.cache, 1, node.controller, dialer, attempts_max=2)
@@ -406,7 +410,8 @@ async def test_election_adopts_a_won_election_it_did_not_hear_of(cluster: Cluste
     await election.start()
     try:
         await eventually(lambda: election.is_controller, "the election claims its /controller")
-        assert changes == [True] and store.controller_epoch == 1
+        assert changes == [True]
+        assert store.controller_epoch == 1
     finally:
         await election.stop()
 

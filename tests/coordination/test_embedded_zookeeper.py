@@ -39,6 +39,7 @@ def test_failed_start_reports_the_log_tail(tmp_path: Path) -> None:
         with pytest.raises(ZooKeeperStartError) as caught:
             server.start(timeout_ms=15_000)
     message = str(caught.value)
-    assert "\n" not in message and "log tail:" in message
+    assert "\n" not in message
+    assert "log tail:" in message
     assert "Address already in use" in message
     assert not server.running

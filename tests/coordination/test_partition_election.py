@@ -155,9 +155,11 @@ def test_reconcile_invariants(
         # A new leader is always eligible, and in the old ISR unless the election was unclean.
         assert after.leader == NO_LEADER or brokers.eligible(after.leader)
         if after.leader != NO_LEADER and after.leader not in current.isr:
-            assert unclean and after.isr == (after.leader,)
+            assert unclean
+            assert after.isr == (after.leader,)
     if after.leader != NO_LEADER:
-        assert after.leader in after.isr and after.leader in live
+        assert after.leader in after.isr
+        assert after.leader in live
     if after.leader == NO_LEADER or after.leader in current.isr:
         assert set(after.isr) <= set(current.isr)
     # Once applied, a second pass (fences consumed by the new epoch) has nothing more to do.

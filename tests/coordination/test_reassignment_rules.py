@@ -23,7 +23,8 @@ LIVE = BrokerView(live=frozenset({1, 2, 3, 4}))
 def test_start_puts_the_target_first_and_names_what_moves() -> None:
     moved = start(ReplicaSet((1, 2)), (3, 2))
     assert moved == ReplicaSet((3, 2, 1), adding=(3,), removing=(1,))
-    assert moved.original == (2, 1) and moved.target == (3, 2)
+    assert moved.original == (2, 1)
+    assert moved.target == (3, 2)
 
 
 def test_a_new_target_starts_again_from_the_original_replicas() -> None:

@@ -45,8 +45,10 @@ def test_invalid_topic_config_names_the_key(
     with pytest.raises(ConfigError) as caught:
         validate_topic_configs(configs)
     assert caught.value.key == key
-    assert key in str(caught.value) and fragment in str(caught.value)
-    assert isinstance(caught.value, KafkaError) and caught.value.code is ErrorCode.INVALID_CONFIG
+    assert key in str(caught.value)
+    assert fragment in str(caught.value)
+    assert isinstance(caught.value, KafkaError)
+    assert caught.value.code is ErrorCode.INVALID_CONFIG
 
 
 def test_effective_config_sources() -> None:
@@ -62,10 +64,8 @@ def test_effective_config_sources() -> None:
         ("log.segment.bytes", ConfigSource.BROKER),
         ("log.segment.bytes", ConfigSource.DEFAULT),
     ]
-    assert (
-        effective["retention.ms"].type is ConfigType.LONG
-        and effective["retention.ms"].documentation
-    )
+    assert effective["retention.ms"].type is ConfigType.LONG
+    assert effective["retention.ms"].documentation
     described = effective_broker_config(broker)
     assert described["log.segment.bytes"].source is ConfigSource.BROKER
     assert described["num.partitions"].source is ConfigSource.DEFAULT
@@ -78,7 +78,8 @@ def test_effective_config_sources() -> None:
 def test_broker_config_defaults_and_errors(tmp_path: Path) -> None:
     broker = BrokerConfig.from_mapping(BROKER)
     assert (broker.broker_id, broker.num_partitions, broker.default_replication_factor) == (0, 1, 1)
-    assert broker.auto_create_topics_enable and broker.socket_request_max_bytes == 104857600
+    assert broker.auto_create_topics_enable
+    assert broker.socket_request_max_bytes == 104857600
     assert broker.advertised_host_port == ("127.0.0.1", 9092)
     assert (broker.host, broker.port, broker.advertised_host) == ("127.0.0.1", 9092, "127.0.0.1")
     assert broker.log_dir == "/tmp/riverbed-logs"

@@ -97,7 +97,8 @@ async def test_calls_and_errors(zk: AsyncZooKeeper, zk_chroot: str) -> None:
     with pytest.raises(NotEmptyError):
         await zk.delete("/a")
     sequential = await zk.create("/a/seq-", sequence=True)
-    assert sequential.startswith("/a/seq-") and len(sequential) == len("/a/seq-") + 10
+    assert sequential.startswith("/a/seq-")
+    assert len(sequential) == len("/a/seq-") + 10
     assert sorted(await zk.get_children("/a")) == ["b", sequential.rsplit("/", 1)[1]]
     await zk.ensure_path("/a/b/c")  # exists already: fine
     await zk.delete("/a", recursive=True)
@@ -113,8 +114,11 @@ async def test_transaction_is_atomic(zk: AsyncZooKeeper) -> None:
     results = await zk.transaction(
         [CheckOp("/x", 0), CreateOp("/y", b"y"), SetOp("/x", b"1"), DeleteOp("/y")]
     )
-    assert results[0] is True and results[1] == "/y" and results[3] is True
-    assert isinstance(results[2], NodeStat) and results[2].version == 1
+    assert results[0] is True
+    assert results[1] == "/y"
+    assert results[3] is True
+    assert isinstance(results[2], NodeStat)
+    assert results[2].version == 1
     with pytest.raises(NodeExistsError) as caught:
         await zk.transaction([CreateOp("/z"), SetOp("/x", b"2"), CreateOp("/x")])
     assert caught.value.path == "/x"
@@ -132,7 +136,8 @@ async def test_watches_run_on_the_loop_thread(zk: AsyncZooKeeper) -> None:
     )
     await zk.watch_data("/w/d", lambda d, _s: data_seen.append((d, threading.get_ident())))
     # The initial callback has run by the time the watch call returns.
-    assert children_seen == [([], loop_thread)] and data_seen == [(None, loop_thread)]
+    assert children_seen == [([], loop_thread)]
+    assert data_seen == [(None, loop_thread)]
 
     async with LoopLagProbe() as probe:
         await zk.create("/w/d", b"1")
@@ -141,7 +146,8 @@ async def test_watches_run_on_the_loop_thread(zk: AsyncZooKeeper) -> None:
         await eventually(lambda: children_seen[-1][0] == ["d", "e"] and data_seen[-1][0] == b"2")
     # Watches are one-shot and re-armed by a read, so quick successive changes may coalesce:
     # only the first and the latest values are certain.
-    assert children_seen[-1][0] == ["d", "e"] and data_seen[-1][0] == b"2"
+    assert children_seen[-1][0] == ["d", "e"]
+    assert data_seen[-1][0] == b"2"
     assert {thread for _, thread in children_seen + data_seen} == {loop_thread}
     assert probe.blocked_s_max() < BLOCKED_S_MAX
 

@@ -328,7 +328,8 @@ def test_host_ports_do_not_collide() -> None:
         for service in services().values()
         for published in published_ports(service)
     )
-    assert ports and all(count == 1 for count in ports.values()), ports
+    assert ports, ports
+    assert all(count == 1 for count in ports.values()), ports
 
 
 def test_named_volumes_are_declared_and_no_broker_shares_one() -> None:
@@ -402,7 +403,9 @@ def test_dockerfile_builds_a_wheel_and_installs_only_that() -> None:
     assert any("gcc" in run for run in instructions("builder", "RUN"))
     for target in (None, "spark"):
         installs = [run for run in instructions(target, "RUN") if "pip install" in run]
-        assert len(installs) == 1 and "--no-index" in installs[0] and "from=builder" in installs[0]
+        assert len(installs) == 1
+        assert "--no-index" in installs[0]
+        assert "from=builder" in installs[0]
         assert not any("gcc" in run for run in instructions(target, "RUN"))
     assert "builder" not in [stage.name for stage in stage_chain()]
 
@@ -487,4 +490,5 @@ def test_healthcheck_passes_on_a_serving_broker_and_fails_without_one(
         assert result.returncode == 0, result.stderr
     broker.kill()
     result = run_healthcheck(f"PLAINTEXT://0.0.0.0:{broker.port}")
-    assert result.returncode != 0 and "ConnectionRefusedError" in result.stderr
+    assert result.returncode != 0
+    assert "ConnectionRefusedError" in result.stderr

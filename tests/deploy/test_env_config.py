@@ -77,7 +77,8 @@ def test_a_variable_naming_no_setting_is_a_one_line_error_naming_it(
     with pytest.raises(ConfigError) as raised:
         settings_from_env({"RIVERBED_ZOOKEEPER_CONNECT": ZK, variable: "1"})
     message = str(raised.value)
-    assert variable in message and "\n" not in message
+    assert variable in message
+    assert "\n" not in message
     if suggestion is not None:
         assert f"did you mean {suggestion}?" in message
 
@@ -86,7 +87,8 @@ def test_a_bad_value_is_reported_with_its_variable() -> None:
     with pytest.raises(ConfigError) as raised:
         settings_from_env({"RIVERBED_NUM_PARTITIONS": "zero"})
     message = str(raised.value)
-    assert "RIVERBED_NUM_PARTITIONS" in message and "num.partitions" in message
+    assert "RIVERBED_NUM_PARTITIONS" in message
+    assert "num.partitions" in message
     assert message.count("INVALID_CONFIG") == 1, message
 
 

@@ -200,7 +200,8 @@ def test_versions_pinned(module: dict[str, dict[str, Any]]) -> None:
     (providers,) = settings["required_providers"]
     aws = providers["aws"]
     assert aws["source"] == "hashicorp/aws"
-    assert ">=" in aws["version"] and "<" in aws["version"].replace("<=", "")
+    assert ">=" in aws["version"]
+    assert "<" in aws["version"].replace("<=", "")
 
 
 def test_variables_have_description_and_type(module: dict[str, dict[str, Any]]) -> None:
@@ -225,7 +226,9 @@ def test_every_variable_reference_is_declared_and_every_variable_used(
 def test_every_reference_resolves(module: dict[str, dict[str, Any]]) -> None:
     declared = _declared(module)
     found = _references(module)
-    assert found["resource"] and found["data"] and found["local"]
+    assert found["resource"]
+    assert found["data"]
+    assert found["local"]
     problems = [
         f"{file}: {kind} {name}"
         for kind in ("resource", "data", "local", "module")
@@ -641,7 +644,8 @@ def _broker_properties(module: dict[str, dict[str, Any]]) -> str:
 
 def test_broker_settings_are_riverbed_broker_settings(module: dict[str, dict[str, Any]]) -> None:
     text = _broker_properties(module)
-    assert "${" not in text and "%{" not in text
+    assert "${" not in text
+    assert "%{" not in text
     settings = parse_properties(text)
     # from_mapping refuses an unknown key or a bad value, naming it.
     config = BrokerConfig.from_mapping(settings)
@@ -654,7 +658,9 @@ def test_broker_settings_are_riverbed_broker_settings(module: dict[str, dict[str
     assert config.zookeeper_connect.count(",") == 2
     assert config.zookeeper_connect.endswith("/riverbed")  # the chroot
     digest = config.zookeeper_digest
-    assert digest is not None and digest.set_acl and digest.username == "riverbed"
+    assert digest is not None
+    assert digest.set_acl
+    assert digest.username == "riverbed"
     assert config.advertised_host_port == ("10.42.16.20", 9092)
     assert config.port == 9092
     assert config.log_dirs == ("/var/lib/riverbed/data",)
@@ -664,8 +670,11 @@ def test_broker_settings_are_riverbed_broker_settings(module: dict[str, dict[str
     # botocore's chain (the instance profile).
     s3 = s3_settings(config.remote_storage_s3, environ={})
     assert s3.region == "eu-west-1"
-    assert s3.access_key_id is None and s3.secret_access_key is None and s3.session_token is None
-    assert s3.endpoint_url is None and s3.addressing_style == "virtual"
+    assert s3.access_key_id is None
+    assert s3.secret_access_key is None
+    assert s3.session_token is None
+    assert s3.endpoint_url is None
+    assert s3.addressing_style == "virtual"
 
 
 def _write_files(document: str) -> dict[str, str]:
@@ -803,12 +812,15 @@ def test_instances_hardened(module: dict[str, dict[str, Any]]) -> None:
     for name, body in instances.items():
         (metadata,) = body["metadata_options"]
         assert metadata["http_tokens"] == "required", name
-        assert body["monitoring"] is True and body["ebs_optimized"] is True, name
+        assert body["monitoring"] is True, name
+        assert body["ebs_optimized"] is True, name
         assert body["associate_public_ip_address"] is False, name
         (root,) = body["root_block_device"]
-        assert root["encrypted"] is True and root["volume_type"] == "gp3", name
+        assert root["encrypted"] is True, name
+        assert root["volume_type"] == "gp3", name
     for name, body in _of_type(module, "resource", "aws_ebs_volume").items():
-        assert body["encrypted"] is True and body["type"] == "gp3", name
+        assert body["encrypted"] is True, name
+        assert body["type"] == "gp3", name
 
 
 # --- checkov -------------------------------------------------------------------------------
@@ -856,9 +868,11 @@ def test_checkov_passes_with_every_skip_explained() -> None:
         f"{check['check_id']} {check['resource']} ({check['file_path']}): {check['check_name']}"
         for check in report["results"]["failed_checks"]
     ]
-    assert not failed and summary["failed"] == 0, "checkov failures:\n" + "\n".join(failed)
+    assert not failed, "checkov failures:\n" + "\n".join(failed)
+    assert summary["failed"] == 0, "checkov failures:\n" + "\n".join(failed)
     assert summary["parsing_errors"] == 0
-    assert summary["passed"] > 100 and summary["resource_count"] > 50, summary
+    assert summary["passed"] > 100, summary
+    assert summary["resource_count"] > 50, summary
     # --quiet leaves skipped checks out of the JSON: each source comment must have matched one
     # (a stale skip, whose check no longer fires, fails here too).
     assert summary["skipped"] == len(skips), (summary, skips)

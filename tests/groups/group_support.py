@@ -642,7 +642,7 @@ class KafkaWire:
     def version(self, request_class: Any) -> int:
         """The highest version of this request both kafka-python and the broker know."""
         low, high = self.broker_versions[request_class.API_KEY]
-        version = min(high, request_class.max_version)
+        version: int = min(high, request_class.max_version)
         if version < max(low, request_class.min_version):
             raise AssertionError(f"no common version of {request_class.__name__}")
         return version

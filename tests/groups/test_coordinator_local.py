@@ -154,7 +154,8 @@ async def test_simple_offsets_expire_by_commit_time_and_stay_expired(
     try:
         assert reloaded.fetch_offsets("old", [ORDERS_0]) == {ORDERS_0: None}
         kept = reloaded.fetch_offsets("new", [ORDERS_0])[ORDERS_0]
-        assert kept is not None and kept.offset == 2
+        assert kept is not None
+        assert kept.offset == 2
     finally:
         await reloaded.close()
 
@@ -249,7 +250,9 @@ async def test_a_stable_group_keeps_the_offsets_of_topics_it_subscribes_to(
 
     fetched = coordinator.fetch_offsets("g", [ORDERS_0, OTHER_0])
     assert fetched[OTHER_0] is None  # no longer subscribed: expired by commit time
-    assert fetched[ORDERS_0] is not None and fetched[ORDERS_0].offset == 1
+    orders = fetched[ORDERS_0]
+    assert orders is not None
+    assert orders.offset == 1
     assert coordinator.describe("g").group_state == "Stable"
 
 

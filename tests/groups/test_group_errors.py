@@ -378,7 +378,8 @@ async def test_join_without_member_id_needs_one_from_v4(coordinator: Coordinator
     old = await coordinator.member(group_name())
     answered = await old.join(version=3)
     assert answered.error_code == ErrorCode.NONE
-    assert answered.member_id and answered.leader == answered.member_id
+    assert answered.member_id
+    assert answered.leader == answered.member_id
 
 
 async def test_session_timeout_out_of_bounds(coordinator: Coordinator) -> None:

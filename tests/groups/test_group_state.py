@@ -183,7 +183,8 @@ def test_a_new_member_gets_an_id_then_joins_after_the_initial_delay() -> None:
     result = h.join_result(first)
     assert result.error is ErrorCode.MEMBER_ID_REQUIRED
     assert re.fullmatch(f"consumer-1-{UUID_RE}", result.member_id)
-    assert h.group.state is GroupState.EMPTY and h.group.is_pending(result.member_id)
+    assert h.group.state is GroupState.EMPTY
+    assert h.group.is_pending(result.member_id)
 
     ticket = h.join(result.member_id)
     assert h.group.state is GroupState.PREPARING_REBALANCE
@@ -209,7 +210,8 @@ def test_join_v3_and_below_adds_a_new_member_at_once() -> None:
     assert ticket not in h.replies
     h.advance(100)
     result = h.join_result(ticket)
-    assert result.error is ErrorCode.NONE and re.fullmatch(f"client-{UUID_RE}", result.member_id)
+    assert result.error is ErrorCode.NONE
+    assert re.fullmatch(f"client-{UUID_RE}", result.member_id)
 
 
 def test_initial_delay_extends_while_members_arrive_but_not_past_the_rebalance_timeout() -> None:
@@ -258,10 +260,12 @@ def test_rebalance_timeout_is_the_largest_and_removes_members_that_did_not_rejoi
     h.join(slow, rebalance_ms=700, protocols=(("range", b"new"),))  # rebalance, 700 ms
     ticket = h.join(leader, rebalance_ms=300)
     h.advance(699)
-    assert ticket not in h.replies and len(h.group.members()) == 3
+    assert ticket not in h.replies
+    assert len(h.group.members()) == 3
     h.advance(1)
     result = h.join_result(ticket)
-    assert result.error is ErrorCode.NONE and result.generation_id == 2
+    assert result.error is ErrorCode.NONE
+    assert result.generation_id == 2
     assert {m.member_id for m in result.members} == {leader, slow}
     assert h.group.member(quick) is None
 
@@ -316,7 +320,8 @@ def test_group_max_size_reached() -> None:
     h.stable(2)
     third = h.join(require_known_member_id=False)
     assert h.join_result(third).error is ErrorCode.GROUP_MAX_SIZE_REACHED
-    assert len(h.group.members()) == 2 and h.group.state is GroupState.STABLE
+    assert len(h.group.members()) == 2
+    assert h.group.state is GroupState.STABLE
 
 
 def test_during_a_rebalance_members_beyond_max_size_are_turned_away_and_removed() -> None:
@@ -338,7 +343,8 @@ def test_a_follower_rejoining_a_stable_group_unchanged_gets_the_current_generati
     assert (result.error, result.generation_id, result.leader) == (ErrorCode.NONE, 1, leader)
     assert h.group.state is GroupState.STABLE
     changed = h.join(follower, protocols=(("range", b"new-topics"),))
-    assert changed not in h.replies and h.group.state is GroupState.PREPARING_REBALANCE
+    assert changed not in h.replies
+    assert h.group.state is GroupState.PREPARING_REBALANCE
 
 
 def test_a_repeated_join_while_completing_gets_the_generation_again() -> None:
@@ -348,7 +354,8 @@ def test_a_repeated_join_while_completing_gets_the_generation_again() -> None:
     h.advance(FIRST_REBALANCE_MS)
     leader = h.join_result(tickets[0]).leader
     again = h.join_result(h.join(leader))
-    assert again.generation_id == 1 and len(again.members) == 2
+    assert again.generation_id == 1
+    assert len(again.members) == 2
     assert h.group.state is GroupState.COMPLETING_REBALANCE
 
 
@@ -429,8 +436,9 @@ def test_a_write_for_a_generation_that_moved_on_is_ignored() -> None:
     h.join(follower, protocols=(("range", b"other"),))  # back to PreparingRebalance
     h.stored()
     assert h.group.state is GroupState.PREPARING_REBALANCE
-    assert h.group.member(leader) is not None
-    assert h.group.member(leader).assignment == b""  # type: ignore[union-attr]
+    kept = h.group.member(leader)
+    assert kept is not None
+    assert kept.assignment == b""
 
 
 def test_sync_errors() -> None:
@@ -522,8 +530,10 @@ def test_members_parked_in_a_join_do_not_expire() -> None:
     h.new_member(session_ms=4_000)  # pending (KIP-394): holds the join phase until it expires
     parked_too = h.join(follower)
     h.advance(3_999)  # sessions are 1 s, but parked members are alive
-    assert parked not in h.replies and parked_too not in h.replies
-    assert h.group.member(leader) is not None and h.group.member(follower) is not None
+    assert parked not in h.replies
+    assert parked_too not in h.replies
+    assert h.group.member(leader) is not None
+    assert h.group.member(follower) is not None
     h.advance(1)  # the pending member expires: everyone else has rejoined
     assert h.join_result(parked).generation_id == h.join_result(parked_too).generation_id == 2
 
@@ -541,7 +551,8 @@ def test_a_new_members_first_join_expires_after_the_new_member_join_timeout() ->
             )
     h.advance(3)
     assert h.join_result(newcomer) == JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, "")
-    assert len(h.group.members()) == 2 and h.group.state is GroupState.PREPARING_REBALANCE
+    assert len(h.group.members()) == 2
+    assert h.group.state is GroupState.PREPARING_REBALANCE
 
 
 def test_a_pending_member_expires_after_its_session_timeout() -> None:
@@ -575,14 +586,19 @@ def test_leave_removes_members_and_rebalances_and_the_last_one_empties_the_group
     assert h.group.state is GroupState.PREPARING_REBALANCE
     assert h.leave(follower) is ErrorCode.UNKNOWN_MEMBER_ID
     ticket = h.join(leader)
-    assert h.join_result(ticket).generation_id == 2 and h.group.leader_id == leader
+    assert h.join_result(ticket).generation_id == 2
+    assert h.group.leader_id == leader
     h.sync(leader, 2, {leader: b"all"})
     h.stored()
     assert h.leave(leader) is ErrorCode.NONE
-    assert h.group.state is GroupState.EMPTY and h.group.generation_id == 3
+    assert h.group.state is GroupState.EMPTY
+    assert h.group.generation_id == 3
     record = h.stored()
-    assert record.members == () and record.protocol_name is None and record.generation_id == 3
-    assert record.leader is None and record.state_timestamp_ms == h.now_ms
+    assert record.members == ()
+    assert record.protocol_name is None
+    assert record.generation_id == 3
+    assert record.leader is None
+    assert record.state_timestamp_ms == h.now_ms
 
 
 def test_leave_of_a_member_parked_in_a_join_answers_it() -> None:
@@ -601,7 +617,8 @@ def test_leave_of_a_static_member_by_instance_id_and_fencing() -> None:
     assert h.group.leave("stale-id", "i-1", "", h.now_ms) is ErrorCode.FENCED_INSTANCE_ID
     assert h.group.leave("", "i-3", "", h.now_ms) is ErrorCode.UNKNOWN_MEMBER_ID
     assert h.group.leave("", "i-1", "admin", h.now_ms) is ErrorCode.NONE
-    assert h.group.member(first) is None and h.group.member(second) is not None
+    assert h.group.member(first) is None
+    assert h.group.member(second) is not None
 
 
 def test_a_pending_member_may_leave() -> None:
@@ -634,11 +651,13 @@ def test_a_static_member_rejoining_unchanged_keeps_its_assignment_without_a_reba
     assert ticket not in h.replies  # first the new member id is stored
     record = h.stored()
     new_id = h.join_result(ticket).member_id
-    assert new_id != old_id and re.fullmatch(f"{instance}-{UUID_RE}", new_id)
+    assert new_id != old_id
+    assert re.fullmatch(f"{instance}-{UUID_RE}", new_id)
     assert {m.member_id for m in record.members} == {leader, new_id}
     result = h.join_result(ticket)
     assert (result.error, result.generation_id, result.leader) == (ErrorCode.NONE, 1, leader)
-    assert h.group.state is GroupState.STABLE and h.group.generation_id == 1
+    assert h.group.state is GroupState.STABLE
+    assert h.group.generation_id == 1
     assert (
         h.sync_result(h.sync(new_id, 1, instance=instance)).assignment
         == f"assigned-{instance}".encode()
@@ -656,7 +675,8 @@ def test_a_static_leader_rejoining_with_join_v9_is_told_to_skip_the_assignment()
     ticket = h.join(instance=instance, skip=True)
     h.stored()
     result = h.join_result(ticket)
-    assert result.skip_assignment and result.leader == result.member_id != old_leader
+    assert result.skip_assignment
+    assert result.leader == result.member_id != old_leader
     assert len(result.members) == 2
 
 
@@ -666,7 +686,8 @@ def test_a_static_leader_rejoining_before_v9_is_given_the_old_leader_id() -> Non
     ticket = h.join(instance=instance, skip=False)
     h.stored()
     result = h.join_result(ticket)
-    assert not result.skip_assignment and result.leader == old_leader != result.member_id
+    assert not result.skip_assignment
+    assert result.leader == old_leader != result.member_id
     assert h.group.leader_id == result.member_id
 
 
@@ -676,7 +697,8 @@ def test_a_failed_static_rejoin_write_reverts_to_the_old_member_id() -> None:
     ticket = h.join(instance=instance)
     h.stored(ErrorCode.COORDINATOR_NOT_AVAILABLE)
     result = h.join_result(ticket)
-    assert result.error is ErrorCode.COORDINATOR_NOT_AVAILABLE and result.member_id == ""
+    assert result.error is ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert result.member_id == ""
     assert h.group.heartbeat(old_id, instance, 1, h.now_ms) is ErrorCode.NONE
 
 
@@ -704,9 +726,9 @@ def test_a_static_member_rejoining_while_parked_fences_the_old_call() -> None:
     assert new_call not in h.replies
     h.join(last_id, instance=last_instance)
     result = h.join_result(new_call)  # everyone rejoined: generation 2
-    assert (
-        result.error is ErrorCode.NONE and result.generation_id == 2 and result.member_id != old_id
-    )
+    assert result.error is ErrorCode.NONE
+    assert result.generation_id == 2
+    assert result.member_id != old_id
 
 
 # -- offset commits --------------------------------------------------------------------------------
@@ -750,9 +772,11 @@ def test_describe_shows_metadata_and_assignments_only_when_stable() -> None:
     assert {m.client_host for m in described.members} == {"/127.0.0.1"}
     h.join(leader)
     described = h.group.describe()
-    assert described.state.value == "PreparingRebalance" and described.protocol_name == ""
+    assert described.state.value == "PreparingRebalance"
+    assert described.protocol_name == ""
     assert {(m.metadata, m.assignment) for m in described.members} == {(b"", b"")}
-    assert DEAD_GROUP.state.value == "Dead" and DEAD_GROUP.members == ()
+    assert DEAD_GROUP.state.value == "Dead"
+    assert DEAD_GROUP.members == ()
 
 
 def test_delete_only_an_empty_group() -> None:
@@ -777,7 +801,8 @@ def test_unload_answers_every_parked_call_with_not_coordinator() -> None:
     h.group.unload(h.now_ms)
     h.drain()
     assert h.join_result(h2_join).error is ErrorCode.NOT_COORDINATOR
-    assert h.group.state is GroupState.DEAD and h.group.next_deadline_ms() is None
+    assert h.group.state is GroupState.DEAD
+    assert h.group.next_deadline_ms() is None
     assert h.group.heartbeat(leader, None, 2, h.now_ms) is ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
@@ -794,20 +819,25 @@ def test_restore_a_stable_group_with_sessions_starting_at_load_time() -> None:
         ),
     )
     group = Group.restore("g", LIMITS, record, now_ms=10_000)
-    assert group.state is GroupState.STABLE and group.generation_id == 7
-    assert group.leader_id == "m-1" and group.state_timestamp_ms == 500
+    assert group.state is GroupState.STABLE
+    assert group.generation_id == 7
+    assert group.leader_id == "m-1"
+    assert group.state_timestamp_ms == 500
     assert group.subscriptions == (b"sub1", b"sub2")
     assert group.heartbeat("m-2", "inst", 7, 10_500) is ErrorCode.NONE
     assert group.heartbeat("m-2", "wrong", 7, 10_500) is ErrorCode.UNKNOWN_MEMBER_ID
     assert group.next_deadline_ms() == 11_000  # m-1's session, started at load
     group.on_timer(11_000)
-    assert group.member("m-1") is None and group.state is GroupState.PREPARING_REBALANCE
+    assert group.member("m-1") is None
+    assert group.state is GroupState.PREPARING_REBALANCE
     assert [effect for effect in group.effects() if isinstance(effect, Reply)] == []
 
     no_members = GroupRecord("consumer", 3, None, None, -1, ())
     restored = Group.restore("g", LIMITS, no_members, now_ms=10_000)
-    assert restored.state is GroupState.EMPTY and restored.generation_id == 3
-    assert restored.state_timestamp_ms is None and restored.protocol_type == "consumer"
+    assert restored.state is GroupState.EMPTY
+    assert restored.generation_id == 3
+    assert restored.state_timestamp_ms is None
+    assert restored.protocol_type == "consumer"
 
 
 def test_restore_over_capacity_rebalances() -> None:
@@ -850,7 +880,8 @@ def test_a_zero_rebalance_timeout_cannot_spin_the_timer_forever() -> None:
     assert h.group.state is GroupState.PREPARING_REBALANCE
     assert h.group.next_deadline_ms() == h.now_ms
     h.advance(SESSION_MS)
-    assert h.group.state is GroupState.EMPTY and h.group.members() == []
+    assert h.group.state is GroupState.EMPTY
+    assert h.group.members() == []
     assert EXPIRIES_PER_TIMER_MAX == 1000
 
 

@@ -28,12 +28,14 @@ async def test_a_new_member_needs_its_id_first_from_join_v4() -> None:
         assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED
         uuid4 = r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
         assert re.fullmatch(f"rdkafka-{uuid4}", first.member_id)
-        assert first.generation_id == -1 and first.leader == ""
+        assert first.generation_id == -1
+        assert first.leader == ""
         second = await join(membership, first.member_id, version=4)
         assert (second.error_code, second.member_id) == (ErrorCode.NONE, first.member_id)
         # Before v4 a new member joins at once.
         old = await join(membership, version=3, group_id="h")
-        assert old.error_code == ErrorCode.NONE and old.member_id.startswith("consumer-")
+        assert old.error_code == ErrorCode.NONE
+        assert old.member_id.startswith("consumer-")
 
 
 @virtual_time
@@ -101,10 +103,12 @@ async def test_a_rejoining_static_leader_is_told_to_skip_the_assignment_from_joi
         first = await join(membership, instance="solo")
         await sync(membership, first.member_id, 1, {first.member_id: b"A"}, instance="solo")
         again = await join(membership, instance="solo", version=9)
-        assert again.skip_assignment and again.leader == again.member_id != first.member_id
+        assert again.skip_assignment
+        assert again.leader == again.member_id != first.member_id
         assert [m.member_id for m in again.members] == [again.member_id]
         before_v9 = await join(membership, instance="solo", version=8)
-        assert not before_v9.skip_assignment and before_v9.leader == again.member_id
+        assert not before_v9.skip_assignment
+        assert before_v9.leader == again.member_id
         assert before_v9.members == []
 
 
@@ -129,7 +133,8 @@ async def test_sync_errors() -> None:
         assert missing.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
         v4 = await sync(membership, follower, generation, protocol_name=None, version=4)
         assert (v4.error_code, v4.assignment) == (ErrorCode.NONE, f"assigned-{follower}".encode())
-        assert v4.protocol_name is None and v4.protocol_type is None
+        assert v4.protocol_name is None
+        assert v4.protocol_type is None
         rejoin = asyncio.create_task(join(membership, leader))
         await asyncio.sleep(0.01)
         during = await sync(membership, follower, generation)

@@ -45,7 +45,7 @@ async def test_a_loaded_group_is_stable_and_its_sessions_start_at_load() -> None
         membership.load("g", stored_group(session_ms=300))
         assert membership.group_state("g") is GroupState.STABLE
         assert membership.state_timestamp_ms("g") == 1_234
-        assert membership.subscribed_topics("g") == {"a", "b"}
+        assert membership.subscribed_topics("g") == frozenset({"a", "b"})
         described = membership.describe("g")
         assert [(d.member_id, d.client_host, d.member_assignment) for d in described.members] == [
             ("m-1", "/10.0.0.1", b"A"),
@@ -92,7 +92,8 @@ async def test_unload_answers_parked_calls_with_not_coordinator_and_forgets_the_
         membership.unload(["g", "h"])
         assert (await rejoin).error_code == ErrorCode.NOT_COORDINATOR
         assert (await other).error_code == ErrorCode.NOT_COORDINATOR
-        assert membership.group_state("g") is None and membership.list([]) == []
+        assert membership.group_state("g") is None
+        assert membership.list([]) == []
         assert heartbeat(membership, follower, generation) is ErrorCode.UNKNOWN_MEMBER_ID
         await asyncio.sleep(0.1)  # no timer of the dropped groups fires: nothing is written
         assert len(persist.writes) == writes

@@ -8,6 +8,7 @@ import asyncio
 
 from riverbed.broker.groups.group_values import GroupState
 from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.messages import LeaveGroupRequest
 
 from tests.groups.membership_support import (
     RANGE,
@@ -54,10 +55,12 @@ async def test_concurrent_joins_make_one_generation_and_syncs_hand_out_the_assig
             assert (response.error_code, response.assignment) == (ErrorCode.NONE, follower.encode())
 
         stored = persist.last()
-        assert stored is not None and stored.generation == 1 and stored.leader == leader
+        assert stored is not None
+        assert stored.generation == 1
+        assert stored.leader == leader
         assert {m.member_id: m.assignment for m in stored.members} == assignments
         assert membership.group_state("g") is GroupState.STABLE
-        assert membership.subscribed_topics("g") == {"t1", "t2", "t3"}
+        assert membership.subscribed_topics("g") == frozenset({"t1", "t2", "t3"})
         described = membership.describe("g")
         assert (described.group_state, described.protocol_data) == ("Stable", "range")
         assert {m.member_id: m.member_assignment for m in described.members} == assignments
@@ -75,7 +78,8 @@ async def test_syncs_are_answered_only_once_the_write_is_committed() -> None:
             asyncio.create_task(sync(membership, follower, 1)),
         ]
         await asyncio.sleep(0.1)
-        assert persist.started == 1 and not any(task.done() for task in syncs)
+        assert persist.started == 1
+        assert not any(task.done() for task in syncs)
         assert membership.group_state("g") is GroupState.COMPLETING_REBALANCE
         persist.release()
         assert [r.assignment for r in await asyncio.gather(*syncs)] == [b"L", b"F"]
@@ -166,13 +170,17 @@ async def test_a_static_member_restarting_keeps_its_assignment_without_a_rebalan
         # The follower's process restarts: no member id, same group.instance.id.
         restarted = await join(membership, instance=follower_instance)
         new_id = restarted.member_id
-        assert restarted.error_code == ErrorCode.NONE and restarted.generation_id == 1
-        assert new_id != ids[follower_instance] and new_id.startswith(f"{follower_instance}-")
-        assert restarted.leader == leader and not restarted.skip_assignment
+        assert restarted.error_code == ErrorCode.NONE
+        assert restarted.generation_id == 1
+        assert new_id != ids[follower_instance]
+        assert new_id.startswith(f"{follower_instance}-")
+        assert restarted.leader == leader
+        assert not restarted.skip_assignment
         assert membership.group_state("g") is GroupState.STABLE
         assert len(persist.writes) == writes + 1  # the new member id, stored
         stored = persist.last()
-        assert stored is not None and new_id in {m.member_id for m in stored.members}
+        assert stored is not None
+        assert new_id in {m.member_id for m in stored.members}
         resynced = await sync(membership, new_id, 1, instance=follower_instance)
         assert (resynced.error_code, resynced.assignment) == (ErrorCode.NONE, b"F")
         # The previous incarnation is fenced.
@@ -215,15 +223,15 @@ async def test_the_last_member_leaving_empties_the_group_and_stores_that() -> No
         assert membership.group_state("g") is GroupState.EMPTY
         await asyncio.sleep(0.01)
         stored = persist.last()
-        assert stored is not None and stored.members == []
-        assert stored.generation == generation + 1 and stored.protocol is None
+        assert stored is not None
+        assert stored.members == []
+        assert stored.generation == generation + 1
+        assert stored.protocol is None
         assert membership.subscribed_topics("g") == frozenset()
 
 
-def _leave_request(*member_ids: str):  # type: ignore[no-untyped-def]
-    from riverbed.protocol import messages as m
-
-    return m.LeaveGroupRequest(
+def _leave_request(*member_ids: str) -> LeaveGroupRequest:
+    return LeaveGroupRequest(
         group_id="g",
-        members=[m.LeaveGroupRequest.MemberIdentity(member_id=i, reason="bye") for i in member_ids],
+        members=[LeaveGroupRequest.MemberIdentity(member_id=i, reason="bye") for i in member_ids],
     )

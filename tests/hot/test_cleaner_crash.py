@@ -57,7 +57,8 @@ def cleaned_copy(source: Path, target: Path) -> dict[int, KeyedRecord]:
     shutil.copytree(source, target)
     log = open_log(target)
     result = clean_log(log, compacted(), UNLIMITED, now_ms=NOW_MS)
-    assert result is not None and len(result.groups) >= 2, "the pass must swap several groups"
+    assert result is not None, "the pass must swap several groups"
+    assert len(result.groups) >= 2, "the pass must swap several groups"
     contents = as_model(read_all(log))
     log.close()
     return contents
@@ -98,7 +99,7 @@ def test_a_crash_at_any_step_of_the_swap_leaves_the_log_before_or_after_the_pass
         with monkeypatch.context() as patch:
             for name in ("write_atomically", "fsync_dir"):
                 patch.setattr(cleaner_swap, name, counter.wrap(getattr(cleaner_swap, name)))
-            patch.setattr(cleaner_swap.os, "replace", counter.wrap(os.replace))
+            patch.setattr(os, "replace", counter.wrap(os.replace))
             patch.setattr(Path, "unlink", counter.wrap(Path.unlink))
             try:
                 clean_log(log, compacted(), UNLIMITED, now_ms=NOW_MS)
@@ -117,7 +118,8 @@ def test_a_crash_at_any_step_of_the_swap_leaves_the_log_before_or_after_the_pass
             break
         crash_at += 1
     # Steps before the first marker leave the old log, every step after it the new one.
-    assert seen["before"] >= 1 and seen["after"] >= 5, seen
+    assert seen["before"] >= 1, seen
+    assert seen["after"] >= 5, seen
 
 
 CHILD = """

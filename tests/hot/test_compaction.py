@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from riverbed.configs import BrokerConfig, TopicConfig, topic_config
-from riverbed.hot.storage.cleaner import CleanerSettings, clean_log, plan_cleaning
+from riverbed.hot.storage.cleaner import CleanablePlan, CleanerSettings, clean_log, plan_cleaning
 from riverbed.hot.storage.cleaner_swap import load_first_dirty_offset
 from riverbed.hot.storage.compaction import OffsetMap, thin_batch
 from riverbed.hot.storage.log import LogConfig, PartitionLog, SegmentStats
@@ -75,7 +75,8 @@ def test_a_thinned_batch_keeps_its_header_offsets_and_record_bytes(codec: Compre
         offsets.add(key, offset)
     header = parse_batch_header(original)
     thinned = thin_batch(original, header, offsets, delete_horizon_ms=0)
-    assert thinned.batch is not None and (thinned.records_in, thinned.records_out) == (4, 3)
+    assert thinned.batch is not None
+    assert (thinned.records_in, thinned.records_out) == (4, 3)
     new_header = parse_batch_header(thinned.batch)
     records = records_in(TP, thinned.batch)  # checks the new CRC
     assert [(r.offset, r.key, r.value, r.timestamp_ms) for r in records] == [
@@ -107,18 +108,22 @@ def test_tombstones_go_only_past_the_delete_horizon_and_records_without_keys_alw
     offsets = OffsetMap(1 << 20)
     offsets.end_offset = 3
     kept = thin_batch(batch, header, offsets, delete_horizon_ms=1_000).batch
-    assert kept is not None and offsets_of(kept) == [0, 2]
+    assert kept is not None
+    assert offsets_of(kept) == [0, 2]
     expired = thin_batch(batch, header, offsets, delete_horizon_ms=1_001).batch
-    assert expired is not None and offsets_of(expired) == [2]
+    assert expired is not None
+    assert offsets_of(expired) == [2]
     # Past what the map covered, an older record of the key may still be there: it stays.
     offsets.end_offset = 0
     uncovered = thin_batch(batch, header, offsets, delete_horizon_ms=1_001).batch
-    assert uncovered is not None and offsets_of(uncovered) == [0, 2]
+    assert uncovered is not None
+    assert offsets_of(uncovered) == [0, 2]
 
 
 def test_the_offset_map_refuses_new_keys_past_its_capacity_but_updates_known_ones() -> None:
     offsets = OffsetMap(capacity_bytes=300)
-    assert offsets.add(b"a", 1) and offsets.add(b"b", 2)
+    assert offsets.add(b"a", 1)
+    assert offsets.add(b"b", 2)
     assert not offsets.add(b"c", 3)
     assert offsets.add(b"a", 4)
     assert (offsets.latest(b"a"), offsets.latest(b"c"), len(offsets)) == (4, -1, 2)
@@ -140,30 +145,40 @@ def stats(*spec: tuple[int, int, int]) -> list[SegmentStats]:
 LOG = stats((0, 100, 1_000), (10, 100, 2_000), (20, 100, 3_000), (30, 100, 9_000), (40, 50, 9_500))
 
 
-def plan(first_dirty: int, hw: int = 10**9, now_ms: int = 10_000, **config: str):  # type: ignore[no-untyped-def]
+def plan(
+    first_dirty: int, hw: int = 10**9, now_ms: int = 10_000, config: dict[str, str] | None = None
+) -> CleanablePlan | None:
     return plan_cleaning(
         LOG,
         first_dirty_offset=first_dirty,
         high_watermark=hw,
         now_ms=now_ms,
-        config=compacted(**config),
+        config=compacted(**(config or {})),
     )
 
 
 def test_the_range_ends_at_the_active_segment_the_high_watermark_and_the_compaction_lag() -> None:
     whole = plan(0)
-    assert whole is not None and (whole.end_offset, whole.dirty_ratio, whole.due) == (40, 1.0, True)
+    assert whole is not None
+    assert (whole.end_offset, whole.dirty_ratio, whole.due) == (40, 1.0, True)
     below_hw = plan(0, hw=25)
-    assert below_hw is not None and below_hw.end_offset == 20
-    lagged = plan(0, **{"min.compaction.lag.ms": "5000"})  # the segment at 30 is 1 s old
-    assert lagged is not None and lagged.end_offset == 30
+    assert below_hw is not None
+    assert below_hw.end_offset == 20
+    lagged = plan(0, config={"min.compaction.lag.ms": "5000"})  # the segment at 30 is 1 s old
+    assert lagged is not None
+    assert lagged.end_offset == 30
 
 
 def test_a_pass_is_due_from_the_dirty_ratio_or_once_the_oldest_dirty_segment_is_too_old() -> None:
     quarter = plan(30)  # 100 dirty of 400 bytes
-    assert quarter is not None and (quarter.dirty_ratio, quarter.due) == (0.25, False)
-    assert plan(30, **{"min.cleanable.dirty.ratio": "0.2"}).due  # type: ignore[union-attr]
-    assert plan(30, **{"max.compaction.lag.ms": "500"}).due  # type: ignore[union-attr]
+    assert quarter is not None
+    assert (quarter.dirty_ratio, quarter.due) == (0.25, False)
+    by_ratio = plan(30, config={"min.cleanable.dirty.ratio": "0.2"})
+    assert by_ratio is not None
+    assert by_ratio.due
+    by_age = plan(30, config={"max.compaction.lag.ms": "500"})
+    assert by_age is not None
+    assert by_age.due
     assert plan(40) is None  # nothing dirty below the active segment
 
 
@@ -260,7 +275,7 @@ RECORD = st.tuples(
     # Timestamps on both sides of the delete horizon (NOW_MS - DELETE_RETENTION_MS).
     st.sampled_from([NOW_MS - 2 * DELETE_RETENTION_MS, NOW_MS - 1_000]),
 )
-STEP = st.one_of(
+STEP: st.SearchStrategy[tuple[str, list[KeyedRecord], CompressionType]] = st.one_of(
     st.tuples(
         st.just("write"),
         st.lists(RECORD, min_size=1, max_size=5),
@@ -358,10 +373,12 @@ def test_a_pass_shrinks_the_log_keeps_the_active_segment_and_moves_the_first_dir
     before = log.segment_stats()
     active_bytes = before[-1].size_bytes
     result = clean_log(log, compacted(), UNLIMITED, now_ms=NOW_MS)
-    assert result is not None and result.records_kept < result.records_read
+    assert result is not None
+    assert result.records_kept < result.records_read
     after = log.segment_stats()
     assert sum(s.size_bytes for s in after) < sum(s.size_bytes for s in before)
-    assert after[-1].size_bytes == active_bytes and after[0].base_offset == before[0].base_offset
+    assert after[-1].size_bytes == active_bytes
+    assert after[0].base_offset == before[0].base_offset
     assert fold(as_model(read_all(log))) == model.folded()
     # The whole log below the active segment is clean now: nothing is due until more is written.
     assert clean_log(log, compacted(), UNLIMITED, now_ms=NOW_MS, force=True) is None
@@ -431,7 +448,8 @@ async def test_the_broker_cleaner_leaves_a_log_with_a_corrupt_batch_alone_and_cl
         results.append(
             await cleaner.clean_filthiest(logs.items(), lambda _: config, lambda _: False)
         )
-    assert "damaged-0" in caplog.text and "cannot be cleaned" in caplog.text
+    assert "damaged-0" in caplog.text
+    assert "cannot be cleaned" in caplog.text
     assert (
         first.stat().st_size,
         sorted(p.name for p in (tmp_path / "damaged-0").iterdir()),

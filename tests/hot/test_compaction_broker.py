@@ -45,6 +45,12 @@ def partition_bytes(broker: BrokerProcess, topic: str) -> int:
     return total
 
 
+def offset_of(message: confluent_kafka.Message) -> int:
+    offset = message.offset()
+    assert offset is not None  # a record's (an error has none)
+    return offset
+
+
 def consume_all(bootstrap: str, topic: str, end_offset: int) -> list[confluent_kafka.Message]:
     """Every record of partition 0 from the beginning, read by librdkafka."""
     consumer = confluent_kafka.Consumer(
@@ -60,10 +66,10 @@ def consume_all(bootstrap: str, topic: str, end_offset: int) -> list[confluent_k
             [confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)]
         )
         messages: list[confluent_kafka.Message] = []
-        while not messages or messages[-1].offset() < end_offset - 1:
+        while not messages or offset_of(messages[-1]) < end_offset - 1:
             message = consumer.poll(10)
             assert message is not None, (
-                f"no record after offset {messages[-1].offset() if messages else None}"
+                f"no record after offset {offset_of(messages[-1]) if messages else None}"
             )
             assert message.error() is None, message.error()
             messages.append(message)
@@ -109,17 +115,19 @@ async def test_a_compacted_topic_shrinks_and_readers_get_the_latest_value_of_eac
         lambda: partition_bytes(broker, topic) < produced_bytes / 4, "the topic was compacted"
     )
     messages = await asyncio.to_thread(consume_all, broker.bootstrap, topic, written)
-    offsets = [message.offset() for message in messages]
-    assert offsets == sorted(set(offsets)) and offsets[-1] == written - 1
+    offsets = [offset_of(message) for message in messages]
+    assert offsets == sorted(set(offsets))
+    assert offsets[-1] == written - 1
     assert len(messages) < written / 4
     state: dict[bytes, bytes] = {}
     for message in messages:
-        key = message.key()
-        value = message.value()
-        if value is None:
-            state.pop(key, None)
+        record_key = message.key()
+        assert record_key is not None
+        record_value = message.value()
+        if record_value is None:
+            state.pop(record_key, None)
         else:
-            state[key] = value
+            state[record_key] = record_value
     assert state == expected
     assert "event=log.compacted " in broker.log_tail(200)
 

@@ -73,7 +73,7 @@ def test_a_failed_group_write_drops_only_the_rows_that_triggered_it(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "write", disk_full)  # what fileio.write_all calls
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="No space left on device"):
         append_entries(index, INDEX_ROWS_UNWRITTEN_MAX - 1, 2)
     monkeypatch.undo()
     # The segment undoes its append; the rows before it are still there, not yet on file.

@@ -118,9 +118,9 @@ def test_a_failed_write_leaves_the_cache_unchanged(tmp_path: Path) -> None:
     epochs = LeaderEpochCache.load(directory)
     epochs.assign(1, 0)
     shutil.rmtree(directory)  # every later write fails
-    with pytest.raises(OSError):
+    with pytest.raises(FileNotFoundError):
         epochs.assign(2, 10)
-    with pytest.raises(OSError):
+    with pytest.raises(FileNotFoundError):
         epochs.truncate_from_end(0)
     assert epochs.entries() == (EpochEntry(1, 0),)
 

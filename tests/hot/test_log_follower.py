@@ -111,7 +111,8 @@ def test_follower_batches_are_written_as_the_leader_wrote_them_gaps_included(
     offsets = [0, 1, 2, 10, 11, 20, 21, 22, 23]
     assert [offset for offset, _ in read_all(log)] == offsets
     in_gap = log.read(5, 1 << 20, log.log_end_offset)
-    assert in_gap is not None and in_gap.first_batch_offset == 10
+    assert in_gap is not None
+    assert in_gap.first_batch_offset == 10
     in_gap.region.close()
     assert log.leader_epochs.entries() == entries((1, 0), (2, 20))
     assert follow(log, leader_batch(30, 1, 2)).first_offset == 30
@@ -292,7 +293,8 @@ def test_a_failed_checkpoint_write_fails_the_append_and_leaves_the_log_as_it_was
     with pytest.raises(KafkaError) as raised:
         follow(log, leader_batch(2, 2, 2))
     assert raised.value.code == ErrorCode.KAFKA_STORAGE_ERROR
-    assert log_bytes(tmp_path) == before and log.log_end_offset == 2
+    assert log_bytes(tmp_path) == before
+    assert log.log_end_offset == 2
     assert log.leader_epochs.entries() == entries((1, 0))
     tmp.rmdir()
     follow(log, leader_batch(2, 2, 2))

@@ -43,7 +43,8 @@ def test_log_start_moves_inside_a_batch_and_survives_a_reopen(tmp_path: Path) ->
     assert [r.offset for r in read_records(log, 10, 100, log.high_watermark)][:4] == [8, 9, 10, 11]
     # Time lookups never answer below the start, though offsets 0-9 are older.
     found = log.offset_for_timestamp(0)
-    assert found is not None and found.offset == 10
+    assert found is not None
+    assert found.offset == 10
     # A replica copying the log starts at the batch holding the start.
     assert log.replica_start_offset() == 8
     log.read(8, 1 << 20, log.log_end_offset, from_replica=True)

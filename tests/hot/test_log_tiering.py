@@ -61,7 +61,8 @@ def test_segments_reaching_the_high_watermark_are_not_uploadable(log: PartitionL
     second = log.segment_stats()[1]
     log.update_high_watermark(second.next_offset - 1)  # the second segment is not all committed
     found = log.sealed_batches_from(0, log.high_watermark)
-    assert found is not None and found.last_offset + 1 == second.base_offset
+    assert found is not None
+    assert found.last_offset + 1 == second.base_offset
     os.close(found.fd)
     assert log.sealed_batches_from(second.base_offset, log.high_watermark) is None
 
@@ -70,7 +71,9 @@ def test_an_upload_may_start_inside_a_segment_at_a_batch_boundary(log: Partition
     fill(log, 200)
     log.update_high_watermark(log.log_end_offset)
     first = log.segment_stats()[0]
-    data = read_sealed(log.sealed_batches_from(0, log.high_watermark))  # type: ignore[arg-type]
+    sealed = log.sealed_batches_from(0, log.high_watermark)
+    assert sealed is not None
+    data = read_sealed(sealed)
     boundary = [h.base_offset for _, h in iter_batch_headers(data)][2]
     found = log.sealed_batches_from(boundary, log.high_watermark)
     assert found is not None
@@ -93,10 +96,12 @@ def test_deleting_below_an_offset_removes_whole_sealed_segments_only(log: Partit
     assert gone.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
     start = log.log_start_offset
     kept = read_records(log, start, 100_000, log.high_watermark)
-    assert kept and [r.value for r in kept] == values[start : start + len(kept)]
+    assert kept
+    assert [r.value for r in kept] == values[start : start + len(kept)]
     # The active segment stays whatever the offset.
     log.delete_segments_below(log.log_end_offset + 10)
-    assert len(log.segment_stats()) == 1 and log.log_start_offset == stats[-1].base_offset
+    assert len(log.segment_stats()) == 1
+    assert log.log_start_offset == stats[-1].base_offset
     append(log, batch([b"after"]))
     assert read_records(log, log.log_end_offset - 1, 1000, log.log_end_offset)[0].value == b"after"
 
@@ -170,7 +175,7 @@ def test_files_of_deleted_segments_left_by_a_crash_are_removed_when_the_log_open
     try:
         assert not list(crashed.glob(f"*{DELETED_SUFFIX}"))
         assert (reopened.log_start_offset, reopened.log_end_offset) == (start, len(values))
-        kept: list[bytes] = []
+        kept: list[bytes | None] = []
         while start + len(kept) < reopened.log_end_offset:  # a read stops at a segment's end
             read = read_records(reopened, start + len(kept), 1_000_000, reopened.log_end_offset)
             kept += [r.value for r in read]

@@ -76,7 +76,12 @@ async def test_each_partition_settles_on_its_own_and_the_wait_ends_at_the_timeou
     )
     loop.call_later(0.03, shrunk.committed.set_result, None)
     # `never` is never committed; `late` would be, after the timeout (and must not count).
-    loop.call_later(0.5, lambda: late.committed.done() or late.committed.set_result(None))
+
+    def commit_late() -> None:
+        if not late.committed.done():
+            late.committed.set_result(None)
+
+    loop.call_later(0.5, commit_late)
     started = loop.time()
     await wait_for_commits([committed, failed, shrunk, never, late], timeout_ms=200)
     assert loop.time() - started == pytest.approx(0.2)  # virtual time: exactly the timeout

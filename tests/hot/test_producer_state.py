@@ -134,13 +134,15 @@ def test_sequences_wrap_from_int32_max_to_zero() -> None:
     log = Log()
     log.produce(header(seq=SEQUENCE_MAX - 1, count=2))
     entry = log.state.entry(PID)
-    assert entry is not None and entry.last_seq == SEQUENCE_MAX
+    assert entry is not None
+    assert entry.last_seq == SEQUENCE_MAX
     assert log.produce(header(seq=0)) == 2
     # A batch that straddles the wrap ends at a small sequence.
     log2 = Log()
     log2.produce(header(seq=SEQUENCE_MAX, count=3))
     entry = log2.state.entry(PID)
-    assert entry is not None and entry.last_seq == 1
+    assert entry is not None
+    assert entry.last_seq == 1
     assert log2.produce(header(seq=SEQUENCE_MAX, count=3)) == DuplicateBatch(0, 2)
     assert log2.produce(header(seq=2)) == 3
 
@@ -191,7 +193,8 @@ def test_idle_producers_expire() -> None:
     log = Log()
     log.produce(header(PID, timestamp_ms=1_000), header(PID + 1, timestamp_ms=5_000))
     assert log.state.remove_expired(now_ms=10_000, expiration_ms=6_000) == 1
-    assert log.state.entry(PID) is None and log.state.entry(PID + 1) is not None
+    assert log.state.entry(PID) is None
+    assert log.state.entry(PID + 1) is not None
 
 
 def test_snapshots_round_trip_and_refuse_damage() -> None:
@@ -205,7 +208,7 @@ def test_snapshots_round_trip_and_refuse_damage() -> None:
     assert copy.entry(PID) == log.state.entry(PID)
     assert copy.entry(PID + 1) == log.state.entry(PID + 1)
     for damaged in (data[:-1], data + b"\0", data[:10] + bytes([data[10] ^ 1]) + data[11:]):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="fails its CRC"):
             ProducerStateManager.decode_snapshot(damaged)
     with pytest.raises(ValueError, match="version"):
         ProducerStateManager.decode_snapshot(b"\0\x09" + data[2:])
@@ -295,7 +298,8 @@ def test_snapshots_above_the_log_end_and_unreadable_ones_are_dropped(tmp_path: P
     beyond.write_bytes(state.encode_snapshot())
     snapshot_path(tmp_path, 4).write_bytes(b"garbage")
     loaded = load_producer_state(tmp_path, log.log_end_offset, log.batch_headers)
-    assert not beyond.exists() and not snapshot_path(tmp_path, 4).exists()
+    assert not beyond.exists()
+    assert not snapshot_path(tmp_path, 4).exists()
     assert loaded.encode_snapshot() == state.encode_snapshot()  # snapshot 3 + batch at 3
     log.close()
 

@@ -276,7 +276,7 @@ def test_partition_dir_names_split_on_the_last_dash() -> None:
 def test_invalid_topic_names_never_become_paths(tmp_path: Path) -> None:
     manager = LogManager(tmp_path / "data", CONFIG)
     for topic in ("../escape", "a/b", "..", ""):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="invalid topic partition"):
             manager.get_or_create(topic, 0, CONFIG)
     manager.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]

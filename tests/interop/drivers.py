@@ -27,9 +27,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin import NewTopic as AioNewTopic
 from aiokafka.admin.config_resource import ConfigResource as AioConfigResource
 from aiokafka.admin.config_resource import ConfigResourceType as AioConfigResourceType
-
-# confluent-kafka's admin package imports these without listing them in __all__ (mypy --strict).
-from confluent_kafka.admin import ConfigResource, NewTopic, ResourceType  # type: ignore[attr-defined]
+from confluent_kafka.admin import ConfigResource, NewTopic, ResourceType
 
 OPERATION_TIMEOUT_S: Final = 20.0
 # The libraries' own timeouts expire first, so a failure carries their error, not ours.

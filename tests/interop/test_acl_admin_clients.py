@@ -11,7 +11,7 @@ import confluent_kafka
 import kafka.admin
 import kafka.errors
 import pytest
-from confluent_kafka.admin import (  # type: ignore[attr-defined]
+from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -43,6 +43,21 @@ def resolved(futures: dict[Any, Any]) -> dict[Any, Any]:
     return {key: future.result(TIMEOUT_S) for key, future in futures.items()}
 
 
+def acl_filter(
+    restype: ResourceType,
+    name: str | None,
+    pattern_type: ResourcePatternType,
+    principal: str | None,
+    host: str | None,
+    operation: AclOperation,
+    permission_type: AclPermissionType,
+) -> AclBindingFilter:
+    """confluent-kafka's AclBindingFilter: None matches any name, principal or host, as its
+    documentation says (its types, AclBinding's, leave None out)."""
+    fields = (restype, name, pattern_type, principal, host, operation, permission_type)
+    return AclBindingFilter(*fields)  # type: ignore[arg-type]
+
+
 def confluent_triples(bindings: list[Any]) -> set[tuple[str, str, str, str, str, str, str]]:
     return {
         (b.restype.name, b.name, b.resource_pattern_type.name, b.principal, b.host,
@@ -61,11 +76,11 @@ async def test_confluent_kafka_manages_acls(broker_factory: BrokerFactory) -> No
     prefixed = AclBinding(ResourceType.GROUP, "team-", ResourcePatternType.PREFIXED, "User:alice",
                           "*", AclOperation.READ, AclPermissionType.ALLOW)  # fmt: skip
     assert set(resolved(admin.create_acls([read, deny, prefixed]))) == {read, deny, prefixed}
-    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+    everything = acl_filter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
                                   AclOperation.ANY, AclPermissionType.ANY)  # fmt: skip
     described = admin.describe_acls(everything).result(TIMEOUT_S)
     assert confluent_triples(described) == confluent_triples([read, deny, prefixed])
-    matching = AclBindingFilter(ResourceType.GROUP, "team-blue", ResourcePatternType.MATCH, None,
+    matching = acl_filter(ResourceType.GROUP, "team-blue", ResourcePatternType.MATCH, None,
                                 None, AclOperation.ANY, AclPermissionType.ANY)  # fmt: skip
     assert confluent_triples(admin.describe_acls(matching).result(TIMEOUT_S)) == (
         confluent_triples([prefixed])
@@ -73,7 +88,7 @@ async def test_confluent_kafka_manages_acls(broker_factory: BrokerFactory) -> No
     # Riverbed's Admin reads what librdkafka wrote.
     async with Admin(bootstrap_servers=broker.bootstrap) as riverbed_admin:
         assert len(await riverbed_admin.describe_acls()) == 3
-    bob = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:bob", None,
+    bob = acl_filter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:bob", None,
                            AclOperation.ANY, AclPermissionType.ANY)  # fmt: skip
     (deleted,) = resolved(admin.delete_acls([bob])).values()
     assert confluent_triples(deleted) == confluent_triples([deny])
@@ -109,7 +124,8 @@ async def test_kafka_python_manages_acls(broker_factory: BrokerFactory) -> None:
         describe = kafka_python_acl("User:carol", kafka.admin.ACLOperation.DESCRIBE, allow, "log",
                                     prefixed)  # fmt: skip
         created = client.create_acls([write, describe])
-        assert created["failed"] == [] and len(created["succeeded"]) == 2
+        assert created["failed"] == []
+        assert len(created["succeeded"]) == 2
         carol = kafka.admin.ACLFilter(
             principal="User:carol",
             host=None,
@@ -132,7 +148,8 @@ async def test_kafka_python_manages_acls(broker_factory: BrokerFactory) -> None:
         found, _ = client.describe_acls(carol)
         assert len(found) == 3
         ((_, deleted, delete_error),) = client.delete_acls([carol])
-        assert delete_error is kafka.errors.NoError and len(deleted) == 3
+        assert delete_error is kafka.errors.NoError
+        assert len(deleted) == 3
         assert client.describe_acls(carol)[0] == []
     finally:
         client.close()
@@ -147,7 +164,7 @@ def test_without_an_authorizer_clients_get_security_disabled(broker: BrokerProce
     assert refused.value.args[0].code() == SECURITY_DISABLED
     # librdkafka (2.12-2.16) drops DescribeAcls' top-level error code: an empty listing, as
     # against Kafka itself; the broker's authorizer.class.name tells the two apart.
-    everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+    everything = acl_filter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
                                   AclOperation.ANY, AclPermissionType.ANY)  # fmt: skip
     assert admin.describe_acls(everything).result(TIMEOUT_S) == []
     resource = ConfigResource(ResourceType.BROKER, "1")

@@ -57,7 +57,8 @@ def test_kafka_python_with_default_settings_produces_exactly_once(
     assert [c.message.value for c in consumed] == [f"v{i}".encode() for i in range(RECORDS)]
     assert ConfluentKafka(broker.bootstrap).earliest_latest(topic, 0) == (0, RECORDS)
     producer_ids = stored_producer_ids(broker, topic)
-    assert producer_ids and all(pid >= 0 for pid in producer_ids), producer_ids
+    assert producer_ids, producer_ids
+    assert all(pid >= 0 for pid in producer_ids), producer_ids
 
 
 def test_confluent_kafka_with_idempotence_produces_exactly_once(
@@ -152,7 +153,8 @@ def test_duplicates_get_the_original_offsets_and_gaps_are_refused(
             init = await raw.init_producer_id()
             assert init.error_code == ERROR_NONE
             pid, epoch = init.producer_id, init.producer_epoch
-            assert pid >= 0 and epoch == 0
+            assert pid >= 0
+            assert epoch == 0
 
             first = idempotent_batch(pid, epoch, 0, 3)
             assert await raw.produce_when_ready(first) == Produced(ERROR_NONE, 0)

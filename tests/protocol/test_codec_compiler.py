@@ -264,8 +264,11 @@ def test_large_records_stay_a_view_of_the_frame() -> None:
         ],
     )
     frame = bytearray(b"".join(c for c in encode_request_body(body, 9) if isinstance(c, bytes)))
-    records = decode_request_body(0, 9, memoryview(frame)).topic_data[0].partition_data[0].records
-    assert isinstance(records, memoryview) and records.obj is frame
+    decoded = decode_request_body(0, 9, memoryview(frame))
+    assert isinstance(decoded, m.ProduceRequest)
+    records = decoded.topic_data[0].partition_data[0].records
+    assert isinstance(records, memoryview)
+    assert records.obj is frame
     assert records == batch
 
 
@@ -313,9 +316,9 @@ def test_tagged_structs_are_compared_with_their_default_by_value() -> None:
     assert _produce_response(Leader(leader_id=-1, leader_epoch=-1)) == plain
     written = _produce_response(Leader(leader_id=3))
     assert written != plain
-    assert decode_response_body(0, 10, memoryview(written)).responses[0].partition_responses[
-        0
-    ].current_leader == Leader(leader_id=3)
+    decoded = decode_response_body(0, 10, memoryview(written))
+    assert isinstance(decoded, m.ProduceResponse)
+    assert decoded.responses[0].partition_responses[0].current_leader == Leader(leader_id=3)
     # An instance of another class is not the default, as dataclass equality says, and is refused.
     with pytest.raises(
         ProtocolEncodeError, match=r"ProduceResponse\.LeaderIdAndEpoch, got FetchResponse"
@@ -352,9 +355,12 @@ def test_decoded_messages_share_no_mutable_default() -> None:
     for version in (11, 16):
         encoded = b"".join(c for c in encode_response_body(body, version) if isinstance(c, bytes))
         first, second = (decode_response_body(1, version, memoryview(encoded)) for _ in range(2))
+        assert isinstance(first, m.FetchResponse)
+        assert isinstance(second, m.FetchResponse)
         partition, other = first.responses[0].partitions[0], second.responses[0].partitions[0]
         assert partition == other
         partition.diverging_epoch.epoch = 5
+        assert partition.aborted_transactions is not None
         partition.aborted_transactions.append(m.FetchResponse.AbortedTransaction())
         first.node_endpoints.append(m.FetchResponse.NodeEndpoint())
         assert other == m.FetchResponse.PartitionData(records=other.records)
@@ -368,16 +374,20 @@ def test_decoded_messages_share_no_mutable_default() -> None:
 def _metadata_topic_ids(topic_ids: list[uuid.UUID]) -> list[uuid.UUID]:
     body = m.MetadataResponse(topics=[Topic(name="t", topic_id=topic_id) for topic_id in topic_ids])
     encoded = b"".join(c for c in encode_response_body(body, 12) if isinstance(c, bytes))
-    return [topic.topic_id for topic in decode_response_body(3, 12, memoryview(encoded)).topics]
+    decoded = decode_response_body(3, 12, memoryview(encoded))
+    assert isinstance(decoded, m.MetadataResponse)
+    return [topic.topic_id for topic in decoded.topics]
 
 
 def test_decoded_uuids_are_shared_through_a_bounded_cache() -> None:
     topic_id = uuid.uuid4()
     [first] = _metadata_topic_ids([topic_id])
     [again] = _metadata_topic_ids([topic_id])
-    assert first == topic_id and again is first
+    assert first == topic_id
+    assert again is first
     others = [uuid.UUID(int=index + 1) for index in range(UUID_CACHE_ENTRIES_MAX + 10)]
     assert _metadata_topic_ids(others) == others
     assert len(uuid_cache) <= UUID_CACHE_ENTRIES_MAX
     [after] = _metadata_topic_ids([topic_id])
-    assert after == topic_id and after is not first  # it went out with the rest
+    assert after == topic_id
+    assert after is not first  # it went out with the rest

@@ -26,15 +26,25 @@ response
 def test_valid_spec_model() -> None:
     spec = parse_spec(VALID, "example.spec")
     assert (spec.key, spec.name, spec.min_version, spec.max_version) == (7, "Example", 2, 9)
-    assert spec.flexible_min_version == 5 and spec.is_flexible(5) and not spec.is_flexible(4)
+    assert spec.flexible_min_version == 5
+    assert spec.is_flexible(5)
+    assert not spec.is_flexible(4)
     name, count, items, leader = spec.request.fields
-    assert name.versions == VersionRange(2, 9) and name.nullable_in(4) and not name.nullable_in(3)
-    assert name.default is None and name.null_default
-    assert count.versions == VersionRange(3, 9) and count.default == 16
-    assert items.is_array and items.tag == 0 and items.struct is not None
+    assert name.versions == VersionRange(2, 9)
+    assert name.nullable_in(4)
+    assert not name.nullable_in(3)
+    assert name.default is None
+    assert name.null_default
+    assert count.versions == VersionRange(3, 9)
+    assert count.default == 16
+    assert items.is_array
+    assert items.tag == 0
+    assert items.struct is not None
     values = items.struct.fields[1]
-    assert values.versions == VersionRange(6, 7) and values.type_name == "int64"
-    assert leader.struct is not None and leader.struct.fields[0].default == -1
+    assert values.versions == VersionRange(6, 7)
+    assert values.type_name == "int64"
+    assert leader.struct is not None
+    assert leader.struct.fields[0].default == -1
     assert [s.name for s in spec.request.structs()] == ["Item", "Leader"]
     assert spec.response.name == "ExampleResponse"
 

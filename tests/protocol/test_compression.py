@@ -4,9 +4,9 @@ import gzip
 import struct
 import warnings
 
-import lz4.frame  # type: ignore[import-untyped]
+import lz4.frame
 import pytest
-import snappy  # type: ignore[import-untyped]
+import snappy
 import zstandard
 from hypothesis import given
 from hypothesis import strategies as st

@@ -95,7 +95,8 @@ def test_records_view_stays_valid_and_writable_while_more_data_arrives() -> None
     assert isinstance(first, RequestReceived)
     assert isinstance(first.body, messages.ProduceRequest)
     records = first.body.topic_data[0].partition_data[0].records
-    assert isinstance(records, memoryview) and not records.readonly
+    assert isinstance(records, memoryview)
+    assert not records.readonly
     drain(server)
     server.receive_data(data[-3:])
     server.receive_data(b"\x00" * 3)  # part of a next frame: forces the buffer to be reshaped
@@ -220,7 +221,8 @@ def test_encode_response_with_file_region_counts_the_region_in_the_frame_size() 
     )
     chunks = encode_response(RequestHeader(1, 11, 3, None), body)
     head, middle = chunks
-    assert middle is region and isinstance(head, bytes)
+    assert middle is region
+    assert isinstance(head, bytes)
     assert struct.unpack(">i", head[:4])[0] == len(head) - 4 + region.size
     assert head[-4:] == struct.pack(">i", region.size)
 

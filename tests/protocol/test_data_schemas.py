@@ -54,7 +54,7 @@ CASES = [
     for spec in SPECS.values()
     for version in range(spec.min_version, spec.max_version + 1)
 ]
-CONSUMER_PROTOCOL_CASES = [case for case in CASES if case.values[0].startswith("ConsumerProtocol")]
+CONSUMER_PROTOCOL_CASES = [c for c in CASES if str(c.values[0]).startswith("ConsumerProtocol")]
 Subscription, Assignment = ConsumerProtocolSubscription, ConsumerProtocolAssignment
 Member = GroupMetadataValue.MemberMetadata
 
@@ -98,10 +98,14 @@ Items []Item 2+
 def test_data_spec_model() -> None:
     spec = parse_data_spec(DATA_SPEC, "example.spec")
     assert (spec.name, spec.min_version, spec.max_version) == ("Example", 1, 4)
-    assert spec.is_flexible(3) and not spec.is_flexible(2) and spec.struct.name == "Example"
+    assert spec.is_flexible(3)
+    assert not spec.is_flexible(2)
+    assert spec.struct.name == "Example"
     name, items = spec.struct.fields
-    assert name.type_name == "string" and items.struct is not None
-    assert items.struct.fields[1].nullable_in(4) and items.struct.fields[1].null_default
+    assert name.type_name == "string"
+    assert items.struct is not None
+    assert items.struct.fields[1].nullable_in(4)
+    assert items.struct.fields[1].null_default
 
 
 @pytest.mark.parametrize(
@@ -155,7 +159,8 @@ def test_versions_outside_a_schema_are_refused() -> None:
     with pytest.raises(ProtocolDecodeError, match="unsupported version 5 of OffsetCommitValue"):
         decode_versioned(OffsetCommitValue, b"\x00\x05" + encode_data(OffsetCommitValue(), 4))
     with pytest.raises(ProtocolDecodeError, match="not a data schema"):
-        decode_data(Member, b"", 0)  # a nested struct has no schema of its own
+        # A nested struct has no schema of its own (its type says so too: the misuse tested).
+        decode_data(Member, b"", 0)  # type: ignore[type-var]
     with pytest.raises(ProtocolDecodeError, match="truncated version prefix"):
         decode_versioned(OffsetCommitValue, b"\x00")
 

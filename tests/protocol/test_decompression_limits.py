@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import tracemalloc
+from collections.abc import Callable
 
 import pytest
 from riverbed.client.fetched_records import PartitionFetch
@@ -56,12 +57,12 @@ def zstd_bomb(size_bytes: int, fill: int = 0) -> bytes:
     return bytes(frame)
 
 
-def traced_peak(function: object) -> int:
+def traced_peak(function: Callable[[], object]) -> int:
     """Python heap bytes allocated at the peak of calling `function` (it may raise)."""
     tracemalloc.start()
     try:
         with contextlib.suppress(DecompressionError, CorruptRecordError):
-            function()  # type: ignore[operator]
+            function()
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -17,6 +17,7 @@ import struct
 import tracemalloc
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Final
 
 import pytest
@@ -91,7 +92,7 @@ def test_lying_length_prefixes_allocate_nothing(api_key: int, version: int) -> N
             continue
         data = wire.data[: slot.start] + max_length(slot.kind) + wire.data[slot.end : slot.end + 20]
         view = memoryview(data)
-        peak = traced_peak(lambda view=view: decode_request_body(api_key, version, view))  # type: ignore[misc]
+        peak = traced_peak(partial(decode_request_body, api_key, version, view))
         assert peak <= LYING_PREFIX_BYTES_MAX, f"{slot} -> {peak} bytes"
 
 
@@ -99,7 +100,12 @@ def test_lying_length_prefixes_allocate_nothing(api_key: int, version: int) -> N
 def test_a_frame_size_out_of_bounds_closes_before_allocating(size: int) -> None:
     server = ServerConnection()
     data = struct.pack(">i", size) + bytes(16)
-    peak = traced_peak(lambda: (server.receive_data(data), server.next_event()))
+
+    def receive() -> None:
+        server.receive_data(data)
+        server.next_event()
+
+    peak = traced_peak(receive)
     assert isinstance(server.next_event(), CloseConnection)
     assert peak <= LYING_PREFIX_BYTES_MAX
 
@@ -108,7 +114,12 @@ def test_a_frame_size_in_bounds_waits_without_allocating_the_frame() -> None:
     server = ServerConnection()
     data = struct.pack(">i", REQUEST_FRAME_BYTES_MAX) + bytes(16)
     events: list[object] = []
-    peak = traced_peak(lambda: (server.receive_data(data), events.append(server.next_event())))
+
+    def receive() -> None:
+        server.receive_data(data)
+        events.append(server.next_event())
+
+    peak = traced_peak(receive)
     assert events == [NEED_DATA]
     assert peak <= LYING_PREFIX_BYTES_MAX
 
@@ -129,19 +140,20 @@ def _hostile_elements(field: FieldSpec, message_cls: type[Any]) -> list[Any]:
         return [0x10000000 + index for index in range(INFLATION_ELEMENTS)]
     if type_name == "uuid":
         return [uuid.UUID(int=index + 1) for index in range(INFLATION_ELEMENTS)]
-    return {"string": [""], "bytes": [b""], "bool": [True]}.get(type_name, [1]) * INFLATION_ELEMENTS
+    one: dict[str, list[object]] = {"string": [""], "bytes": [b""], "bool": [True]}
+    return one.get(type_name, [1]) * INFLATION_ELEMENTS
 
 
 @pytest.mark.parametrize(("api_key", "version"), PAIRS, ids=PAIR_IDS)
 def test_a_request_decodes_into_a_bounded_multiple_of_its_size(api_key: int, version: int) -> None:
     spec = api_specs()[api_key]
-    cls = REQUEST_CLASSES[api_key]
+    cls: type[Any] = REQUEST_CLASSES[api_key]  # built from the spec's field names
     for field in spec.request.fields:
         if not field.is_array or field.tag is not None or version not in field.versions:
             continue
         frame = request_frame(cls(**{field.attr_name: _hostile_elements(field, cls)}), version)
         ServerConnection().receive_data(request_frame(cls(), version))  # compile the codec first
-        peak = traced_peak(lambda frame=frame: _decode_frame(frame))  # type: ignore[misc]
+        peak = traced_peak(partial(_decode_frame, frame))
         # The frame is copied into the connection's buffer: count it as the frame's own bytes.
         ratio = (peak - len(frame)) / len(frame)
         assert ratio <= DECODED_BYTES_PER_FRAME_BYTE_MAX, f"{field.name}: {ratio:.1f}"
@@ -218,5 +230,5 @@ def test_a_records_count_past_the_section_allocates_nothing(codec: CompressionTy
     # The consumer's and the broker's decoder (one: decode_batch), and the log cleaner's reader.
     for decode in (check_fetched_records, cleaner_keys):
         decode(honest)  # warm up
-        allowed = traced_peak(lambda decode=decode: decode(honest)) + LYING_PREFIX_BYTES_MAX  # type: ignore[misc]
-        assert traced_peak(lambda decode=decode: decode(lying)) <= allowed  # type: ignore[misc]
+        allowed = traced_peak(partial(decode, honest)) + LYING_PREFIX_BYTES_MAX
+        assert traced_peak(partial(decode, lying)) <= allowed

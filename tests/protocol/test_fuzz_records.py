@@ -56,7 +56,7 @@ TIMESTAMP_MS: Final = 1_700_000_000_000
 
 fields = st.none() | st.binary(max_size=40)
 headers = st.lists(st.tuples(st.text(max_size=6), fields), max_size=2)
-records = st.lists(
+records: st.SearchStrategy[list[RecordInput]] = st.lists(
     st.tuples(fields, fields, headers, st.integers(-1000, 1000).map(TIMESTAMP_MS.__add__)),
     min_size=1,
     max_size=6,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import struct
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -226,7 +226,7 @@ def test_mutated_data_schemas_decode_or_raise_protocol_decode_error(
     name: str, version: int, data: st.DataObject
 ) -> None:
     spec = data_specs()[name]
-    cls = DATA_CLASSES[name]
+    cls: type[Any] = DATA_CLASSES[name]  # a class of each schema, by name
     value = sample_data(name, version)
     wire = map_struct(spec.struct, value, version, spec.is_flexible(version))
     payload = data.draw(mutated(wire), label="payload")

@@ -99,7 +99,8 @@ def test_parse_batch_header_reads_every_field() -> None:
     assert header.size_bytes == len(batch)
     assert header.compression is CompressionType.ZSTD
     assert header.timestamp_type == 1
-    assert header.is_transactional and not header.is_control
+    assert header.is_transactional
+    assert not header.is_control
 
 
 def test_parse_batch_header_needs_only_the_header() -> None:

@@ -205,7 +205,8 @@ async def produce_with_riverbed(
         request_timeout_ms=CLIENT_REQUEST_TIMEOUT_MS,
         delivery_timeout_ms=DELIVERY_TIMEOUT_MS,
     ) as producer:
-        assert producer.settings.enable_idempotence and producer.settings.acks == -1
+        assert producer.settings.enable_idempotence
+        assert producer.settings.acks == -1
         while not stop.is_set():
             future = await producer.send(topic, encode(acks.sent), partition=PARTITION)
             future.add_done_callback(functools.partial(delivered, acks.sent))

@@ -14,7 +14,7 @@ from pathlib import Path
 import confluent_kafka
 import confluent_kafka.admin
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigEntry, ConfigResource
 from riverbed import Admin, Consumer, Producer, TopicPartition
 from riverbed.client.admin import PartitionDescription
 from riverbed.protocol.errors import ErrorCode, KafkaError
@@ -172,7 +172,8 @@ async def test_a_move_can_be_cancelled_while_the_new_replica_is_stuck(
         # Nothing to cancel any more.
         errors = await admin.alter_partition_reassignments({tp: None})
         error = errors[tp]
-        assert error is not None and error.code == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
+        assert error is not None
+        assert error.code == ErrorCode.NO_REASSIGNMENT_IN_PROGRESS
 
 
 async def test_bad_targets_are_refused_per_partition(cluster_factory: ClusterFactory) -> None:
@@ -224,10 +225,12 @@ async def test_preferred_leader_election_after_a_failover(
     async with Admin(bootstrap_servers=cluster.bootstrap) as admin:
         assert await admin.elect_leaders([tp]) == {tp: None}
         await led_by(cluster, preferred)
-        again = await admin.elect_leaders()
-        assert again[tp] is not None and again[tp].code == ErrorCode.ELECTION_NOT_NEEDED
-        unclean = await admin.elect_leaders([tp], election="unclean")
-        assert unclean[tp] is not None and unclean[tp].code == ErrorCode.ELECTION_NOT_NEEDED
+        again = (await admin.elect_leaders())[tp]
+        assert again is not None
+        assert again.code == ErrorCode.ELECTION_NOT_NEEDED
+        unclean = (await admin.elect_leaders([tp], election="unclean"))[tp]
+        assert unclean is not None
+        assert unclean.code == ErrorCode.ELECTION_NOT_NEEDED
     assert len(await consume_all(cluster.bootstrap, 100)) == 100
 
 
@@ -317,7 +320,7 @@ async def test_confluent_kafka_elects_preferred_leaders(cluster_factory: Cluster
 
     await cluster.wait_for(back_in_sync, WAIT_S, what="the restarted broker in sync")
 
-    def elect() -> dict[object, object]:
+    def elect() -> dict[confluent_kafka.TopicPartition, confluent_kafka.KafkaError | None]:
         client = AdminClient({"bootstrap.servers": cluster.bootstrap})
         future = client.elect_leaders(
             confluent_kafka.ElectionType.PREFERRED, [confluent_kafka.TopicPartition(TOPIC, 0)]
@@ -360,7 +363,7 @@ async def test_throttled_move_copies_at_the_capped_rate(cluster_factory: Cluster
     assert set(state.isr) == {before.replicas[0], joining}
 
     # The throttle is lifted once the move is done: confluent-kafka sees the defaults again.
-    def broker_and_topic_configs() -> tuple[object, object]:
+    def broker_and_topic_configs() -> tuple[ConfigEntry, ConfigEntry]:
         client = AdminClient({"bootstrap.servers": cluster.bootstrap})
         broker = confluent_kafka.admin.ConfigResource(
             confluent_kafka.admin.ResourceType.BROKER, str(joining)
@@ -368,7 +371,7 @@ async def test_throttled_move_copies_at_the_capped_rate(cluster_factory: Cluster
         topic = confluent_kafka.admin.ConfigResource(
             confluent_kafka.admin.ResourceType.TOPIC, TOPIC
         )
-        found = {
+        found: dict[ConfigResource, dict[str, ConfigEntry]] = {
             r: f.result(timeout=WAIT_S) for r, f in client.describe_configs([broker, topic]).items()
         }
         return (
@@ -377,9 +380,11 @@ async def test_throttled_move_copies_at_the_capped_rate(cluster_factory: Cluster
         )
 
     rate_entry, replicas_entry = await asyncio.to_thread(broker_and_topic_configs)
-    assert rate_entry.value == str(2**63 - 1)  # type: ignore[attr-defined]
-    assert replicas_entry.value == ""  # type: ignore[attr-defined]
-    assert replicas_entry.source == confluent_kafka.admin.ConfigSource.DEFAULT_CONFIG.value  # type: ignore[attr-defined]
+    assert rate_entry.value == str(2**63 - 1)
+    assert replicas_entry.value == ""
+    # librdkafka sets `source` to the enum's value, not the ConfigSource its type says.
+    default = confluent_kafka.admin.ConfigSource.DEFAULT_CONFIG.value
+    assert replicas_entry.source == default  # type: ignore[comparison-overlap]
 
 
 async def test_dynamic_broker_configs_are_cluster_wide(cluster_factory: ClusterFactory) -> None:
@@ -400,11 +405,12 @@ async def test_dynamic_broker_configs_are_cluster_wide(cluster_factory: ClusterF
         for future in client.incremental_alter_configs([resource]).values():
             future.result(timeout=WAIT_S)
 
-    def describe(broker_id: int) -> object:
+    def describe(broker_id: int) -> ConfigEntry:
         client = AdminClient({"bootstrap.servers": cluster.bootstrap})
         resource = Resource(BROKER, str(broker_id))
         [future] = client.describe_configs([resource]).values()
-        return future.result(timeout=WAIT_S)["follower.replication.throttled.rate"]
+        entries: dict[str, ConfigEntry] = future.result(timeout=WAIT_S)
+        return entries["follower.replication.throttled.rate"]
 
     # Per-broker dynamic configs are refused; the default entity (an empty name, which
     # librdkafka will not send) takes them for the whole cluster.
@@ -414,16 +420,15 @@ async def test_dynamic_broker_configs_are_cluster_wide(cluster_factory: ClusterF
         await admin.alter_broker_configs(set={"follower.replication.throttled.rate": "12345"})
     for broker_id in cluster.brokers:
         entry = await asyncio.to_thread(describe, broker_id)
-        assert entry.value == "12345"  # type: ignore[attr-defined]
-        assert (
-            entry.source == confluent_kafka.admin.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
-        )  # type: ignore[attr-defined]
+        assert entry.value == "12345"
+        dynamic_default = confluent_kafka.admin.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+        assert entry.source == dynamic_default  # type: ignore[comparison-overlap]  # as above
     async with Admin(bootstrap_servers=cluster.bootstrap) as admin:
         await admin.alter_broker_configs(delete=["follower.replication.throttled.rate"])
         with pytest.raises(KafkaError, match=r"log\.retention\.ms"):
             await admin.alter_broker_configs(set={"log.retention.ms": "1"})
     entry = await asyncio.to_thread(describe, 1)
-    assert entry.value == str(2**63 - 1)  # type: ignore[attr-defined]
+    assert entry.value == str(2**63 - 1)
 
 
 async def _controller_is_not(admin: Admin, broker_id: int) -> bool:

@@ -27,7 +27,8 @@ async def test_a_stalled_process_moves_no_timer() -> None:
     loop = asyncio.get_running_loop()
     expired = asyncio.Event()
     loop.call_later(0.05, expired.set)
-    time.sleep(0.2)  # the loop is blocked, as by a machine that stops the process for a while
+    # The loop is blocked, as by a machine that stops the process for a while.
+    time.sleep(0.2)  # noqa: ASYNC251 - blocking the loop is the stall under test
     await asyncio.sleep(0.01)
     assert not expired.is_set()  # only 10 ms have passed on the loop's clock
     async with asyncio.timeout(1.0):

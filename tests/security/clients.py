@@ -56,7 +56,8 @@ def confluent_produce(conf: Mapping[str, str], topic: str, values: list[bytes]) 
     for value in values:
         producer.produce(topic, value, partition=0, on_delivery=delivered)
     remaining = producer.flush(TIMEOUT_S)
-    assert remaining == 0 and not failures, (remaining, failures)
+    assert remaining == 0, (remaining, failures)
+    assert not failures, (remaining, failures)
 
 
 def confluent_consume(conf: Mapping[str, str], topic: str, count: int) -> list[bytes]:
@@ -79,7 +80,9 @@ def confluent_consume(conf: Mapping[str, str], topic: str, count: int) -> list[b
             if message is None:
                 continue
             assert message.error() is None, message.error()
-            values.append(message.value())
+            value = message.value()
+            assert value is not None
+            values.append(value)
         return values
     finally:
         consumer.close()
@@ -105,8 +108,9 @@ def confluent_error(conf: Mapping[str, str], topic: str) -> confluent_kafka.Kafk
         while not errors and time.monotonic() < deadline:
             message = consumer.poll(0.3)
             if message is not None:
-                assert message.error() is not None, "a record was read"
-                errors.append(message.error())
+                error = message.error()
+                assert error is not None, "a record was read"
+                errors.append(error)
         assert errors, "no error reported"
         return errors[0]
     finally:

@@ -125,7 +125,8 @@ async def test_per_binding_errors_and_versions(broker_factory: BrokerFactory) ->
         assert results[0] == (ErrorCode.NONE, None)
         assert results[5] == (ErrorCode.NONE, None)
         for code, message in results[1:5]:
-            assert code == ErrorCode.INVALID_REQUEST and message
+            assert code == ErrorCode.INVALID_REQUEST
+            assert message
         assert "unknown operation code 99" in str(results[1][1])
         assert "only valid name for the CLUSTER resource is kafka-cluster" in str(results[2][1])
         assert "empty resource name" in str(results[3][1])
@@ -249,11 +250,11 @@ def test_cli_add_list_remove(broker_factory: BrokerFactory) -> None:
 def test_cli_errors_are_one_line(args: tuple[str, ...], message: str) -> None:
     result = cli(*args, "--bootstrap-server", "127.0.0.1:1")
     assert result.returncode == 1
-    assert result.stderr.count("\n") == 1 and message in result.stderr
+    assert result.stderr.count("\n") == 1
+    assert message in result.stderr
 
 
 def test_cli_refuses_a_malformed_principal() -> None:
     result = cli("add", "--allow-principal", "alice", "--topic", "t")
-    assert result.returncode == 2 and "--allow-principal: invalid parse_principal value" in (
-        result.stderr
-    )
+    assert result.returncode == 2
+    assert "--allow-principal: invalid parse_principal value" in (result.stderr)

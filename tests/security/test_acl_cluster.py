@@ -191,7 +191,8 @@ async def test_replication_with_the_brokers_as_super_users(broker_factory: Broke
     stopping = second if controller_id == 1 else first
     assert stopping.terminate() == 0
     log = stopping.log_path.read_text()
-    assert "controlled shutdown of broker" in log and "succeeded" in log
+    assert "controlled shutdown of broker" in log
+    assert "succeeded" in log
 
 
 def test_a_single_secured_broker_stops_cleanly(broker_factory: BrokerFactory) -> None:
@@ -201,7 +202,8 @@ def test_a_single_secured_broker_stops_cleanly(broker_factory: BrokerFactory) ->
     assert broker.terminate() == 0
     assert time.monotonic() - started < STOP_S_MAX
     log = broker.log_path.read_text()
-    assert "event=broker.stopped" in log and "super.users" not in log
+    assert "event=broker.stopped" in log
+    assert "super.users" not in log
 
 
 async def test_replication_is_refused_without_the_brokers_as_super_users(

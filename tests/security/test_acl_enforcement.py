@@ -544,11 +544,13 @@ async def test_metadata_hides_and_reports_operations(broker_factory: BrokerFacto
             response = await connection.call(request, m.MetadataResponse)
             by_name = {t.name: t for t in response.topics}
             visible, hidden = by_name["visible"], by_name["hidden"]
-            assert visible.error_code == ErrorCode.NONE and visible.partitions
+            assert visible.error_code == ErrorCode.NONE
+            assert visible.partitions
             # READ implies DESCRIBE; DESCRIBE_CONFIGS is granted as it is.
             assert visible.topic_authorized_operations == (1 << 3) | (1 << 8) | (1 << 10)
             assert hidden.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            assert hidden.topic_id == uuid.UUID(int=0) and not hidden.partitions
+            assert hidden.topic_id == uuid.UUID(int=0)
+            assert not hidden.partitions
             (unknown,) = [t for t in response.topics if str(t.name).startswith("unknown-")]
             assert unknown.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
             # With DESCRIBE and CREATE (by prefix) an unknown topic is auto-created.

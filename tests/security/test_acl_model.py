@@ -262,7 +262,8 @@ def test_snapshot_round_trip(acls: list[AclBinding], probes: list[str]) -> None:
             assert rebuilt.matching(resource_type, name) == snapshot.matching(resource_type, name)
     for pattern in list(snapshot.acls):
         rebuilt = rebuilt.with_entries(pattern, frozenset())
-    assert rebuilt.acls == {} and rebuilt.bindings() == []
+    assert rebuilt.acls == {}
+    assert rebuilt.bindings() == []
 
 
 def test_a_snapshot_never_holds_an_empty_entry_set() -> None:

@@ -253,7 +253,8 @@ def test_request_access() -> None:
     checker = authorizer([binding("a"), binding("b", operation=Op.WRITE)])
     session = Session(KafkaPrincipal("User", "alice"), HOST)
     access = AclAccess(checker, session, "Produce")
-    assert access.enabled and not ALLOW_ALL.enabled
+    assert access.enabled
+    assert not ALLOW_ALL.enabled
     assert access.denied(Op.WRITE, R.TOPIC, ["a", "b", "a", "c"]) == {"a", "c"}
     assert access.allows(Op.READ, R.TOPIC, "a")
     assert not access.allows_cluster(Op.CREATE)

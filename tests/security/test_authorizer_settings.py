@@ -53,7 +53,8 @@ def test_bad_values_name_the_key(key: str, value: str, fragment: str) -> None:
     with pytest.raises(ConfigError) as caught:
         BrokerConfig.from_mapping({**ZK, key: value})
     assert caught.value.key == key
-    assert key in str(caught.value) and fragment in str(caught.value)
+    assert key in str(caught.value)
+    assert fragment in str(caught.value)
 
 
 def test_settable_from_the_environment() -> None:

@@ -54,7 +54,8 @@ def one_line_error(done: subprocess.CompletedProcess[str], fragment: str) -> Non
     assert done.returncode == 1, done
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("riverbed: error: ") and fragment in lines[0], lines[0]
+    assert lines[0].startswith("riverbed: error: "), lines[0]
+    assert fragment in lines[0], lines[0]
     assert done.stdout == ""
 
 
@@ -69,9 +70,11 @@ async def test_add_stores_salted_keys_only(zk_connect: str) -> None:
     assert list(dump) == ["/config/users/alice%40example.com"]
     data = dump["/config/users/alice%40example.com"]
     config = json.loads(data)
-    assert config["version"] == 1 and list(config["config"]) == ["SCRAM-SHA-512"]
+    assert config["version"] == 1
+    assert list(config["config"]) == ["SCRAM-SHA-512"]
     assert config["config"]["SCRAM-SHA-512"].startswith("salt=")
-    assert PASSWORD.encode() not in data and b"horse" not in data
+    assert PASSWORD.encode() not in data
+    assert b"horse" not in data
     # A salted hash of exactly that password.
     credentials = await credentials_of(zk_connect, "alice@example.com")
     credential = credentials[SHA512]

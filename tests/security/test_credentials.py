@@ -76,8 +76,13 @@ def test_entity_names_are_sanitized_like_kafka() -> None:
         assert layout.sanitize_entity_name(name) == sanitized
         assert layout.desanitize_entity_name(sanitized) == name
     assert layout.desanitize_entity_name("a+b") == "a b"  # URLDecoder reads '+' as a space
-    for bad in ("a%", "a%4", "a%zz", "%FF"):
-        with pytest.raises(ValueError):
+    for bad, problem in (
+        ("a%", "does not start a %XX escape"),
+        ("a%4", "does not start a %XX escape"),
+        ("a%zz", "does not start a %XX escape"),
+        ("%FF", "does not decode to UTF-8"),
+    ):
+        with pytest.raises(ValueError, match=problem):
             layout.desanitize_entity_name(bad)
     assert layout.user_config_path("alice@example.com") == "/config/users/alice%40example.com"
 
@@ -224,7 +229,8 @@ async def test_stop_cancels_every_watch_and_task(zk: AsyncZooKeeper) -> None:
     assert watcher.active_watches == 4  # /config/users and each user
     assert watcher.running_tasks == 0
     await watcher.stop()
-    assert watcher.active_watches == 0 and watcher.running_tasks == 0
+    assert watcher.active_watches == 0
+    assert watcher.running_tasks == 0
     # Nothing follows ZooKeeper any more: the cache keeps what it had.
     await set_scram_credential(zk, "u4", SHA256, new_credential(SHA256, "pw"))
     await delete_scram_credentials(zk, "u1")

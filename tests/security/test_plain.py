@@ -48,7 +48,8 @@ def login(credentials: InMemoryCredentials, message: bytes) -> PlainServer:
 def test_password_checked_against_a_scram_credential(mechanism: ScramMechanism) -> None:
     credentials = users(alice={mechanism: "wonderland"})
     server = login(credentials, b"\x00alice\x00wonderland")
-    assert server.complete and server.authorization_id == "alice"
+    assert server.complete
+    assert server.authorization_id == "alice"
     with pytest.raises(AuthenticationFailed) as caught:
         PlainServer(credentials).evaluate(b"\x00alice\x00rabbit-hole")
     assert caught.value.client_message == BAD_CREDENTIALS
@@ -73,7 +74,8 @@ def test_unknown_user_costs_the_same_pbkdf2_work() -> None:
     about 2 ms) while a skipped derivation costs microseconds; medians over interleaved runs
     keep the comparison robust on a busy machine."""
     credentials = users(alice={SHA512: "wonderland"})
-    known, unknown = [], []
+    known: list[float] = []
+    unknown: list[float] = []
     for _ in range(15):
         for message, samples in ((b"\x00alice\x00x", known), (b"\x00nobody\x00x", unknown)):
             started = time.perf_counter()
@@ -152,15 +154,21 @@ def test_client_side() -> None:
     assert message == b"\x00alice\x00pw" == plain_message("alice", "pw")
     server = PlainServer(users(alice={SHA512: "pw"}))
     assert client.evaluate_challenge(server.evaluate(message)) is None
-    assert client.complete and server.complete
+    assert client.complete
+    assert server.complete
     assert plain_message("alice", "pw", "alice") == b"alice\x00alice\x00pw"
     with pytest.raises(ExchangeStateError):
         client.initial_response()
 
 
 def test_client_refuses_what_plain_cannot_carry_or_a_chatty_server() -> None:
-    for user, password in [("", "pw"), ("a", ""), ("a\x00b", "pw"), ("a", "p\x00w")]:
-        with pytest.raises(ValueError):
+    for user, password, problem in [
+        ("", "pw", "user name is empty"),
+        ("a", "", "password is empty"),
+        ("a\x00b", "pw", "user name contains a NUL"),
+        ("a", "p\x00w", "password contains a NUL"),
+    ]:
+        with pytest.raises(ValueError, match=problem):
             PlainClient(user, password)
     client = PlainClient("alice", "pw")
     with pytest.raises(ExchangeStateError):

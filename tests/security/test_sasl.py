@@ -34,6 +34,7 @@ from tests.security.clients import (
     riverbed_sasl,
 )
 from tests.support.broker import BrokerFactory, BrokerProcess
+from tests.support.cluster import wait_for
 from tools.pki import Pki
 
 ALICE: Final = ("alice", "alice-secret")
@@ -122,7 +123,8 @@ async def test_wrong_passwords_and_unknown_users_see_nothing(
         assert "SASL authentication error" in error.str(), error.str()
         # kcat fails and prints nothing.
         read = kcat(tls, librdkafka_scram(pki, user), "-C", "-t", "secret", "-p", "0", "-e", "-q")
-        assert read.returncode != 0 and read.stdout == b""
+        assert read.returncode != 0
+        assert read.stdout == b""
         # aiokafka with PLAIN: the connection is refused during authentication.
         with pytest.raises(KafkaConnectionError):
             await aiokafka_consume(tls, "secret", 1, **aiokafka_plain(pki, user))
@@ -136,7 +138,8 @@ async def test_wrong_passwords_and_unknown_users_see_nothing(
             assert re.search("invalid credentials|Invalid username or password", str(refused.value))
     # Failures were logged by the broker, naming the reason only there.
     log = broker.log_tail(400)
-    assert "event=client.authentication_failed" in log and "mallory" in log
+    assert "event=client.authentication_failed" in log
+    assert "mallory" in log
 
 
 async def test_a_deleted_user_can_no_longer_authenticate(
@@ -148,7 +151,8 @@ async def test_a_deleted_user_can_no_longer_authenticate(
     async with Admin(bootstrap_servers=broker.address("SASL_SSL"), **settings) as admin:
         assert await admin.list_topics() == []
     delete = ["users", "delete", BOB[0], "--zookeeper", zk_connect]
-    subprocess.run(
+    await asyncio.to_thread(
+        subprocess.run,
         [sys.executable, "-m", "riverbed.cli", *delete],
         check=True,
         capture_output=True,
@@ -180,9 +184,11 @@ async def test_brokers_authenticate_to_each_other(
     client = riverbed_sasl(pki, ALICE, "SCRAM-SHA-512", True)
     bootstrap = f"{first.address('SASL_SSL')},{second.address('SASL_SSL')}"
     async with Admin(bootstrap_servers=bootstrap, **client) as admin:
-        async with asyncio.timeout(TIMEOUT_S):
-            while len((await admin.describe_cluster()).brokers) < 2:
-                await asyncio.sleep(0.2)
+
+        async def both_registered() -> bool:
+            return len((await admin.describe_cluster()).brokers) >= 2
+
+        await wait_for(both_registered, TIMEOUT_S, what="both brokers registered")
         await admin.create_topic("replicated", partitions=1, replication_factor=2)
     values = [f"r{i}".encode() for i in range(50)]
     # acks=all with min.insync.replicas=2: only possible if the follower fetched, which it can
@@ -221,6 +227,7 @@ def test_inter_broker_sasl_needs_the_brokers_credentials(
     try:
         assert broker._require_process().wait(timeout=TIMEOUT_S) != 0
         errors = [line for line in broker.log_tail().splitlines() if "riverbed: error:" in line]
-        assert len(errors) == 1 and "sasl.jaas.config" in errors[0], broker.log_tail()
+        assert len(errors) == 1, broker.log_tail()
+        assert "sasl.jaas.config" in errors[0], broker.log_tail()
     finally:
         broker.kill()

@@ -35,6 +35,7 @@ from tests.security.clients import (
     riverbed_sasl,
 )
 from tests.support.broker import BrokerFactory, BrokerProcess
+from tests.support.cluster import wait_for
 from tools.pki import CLIENT_SUBJECT, Pki
 
 ADMIN: Final = ("admin", "admin-secret")
@@ -96,8 +97,9 @@ def confluent_group_errors(
             message = consumer.poll(0.5)
             if message is None:
                 continue
-            if message.error() is not None:
-                errors.add(int(message.error().code()))
+            error = message.error()
+            if error is not None:
+                errors.add(int(error.code()))
             else:
                 values.append(message.value() or b"")
     finally:
@@ -135,10 +137,12 @@ async def test_users_see_exactly_what_their_acls_allow(
     # kcat as alice (SCRAM-SHA-512 over SASL_SSL): her topic reads, the other is refused empty.
     own = kcat(bootstrap, librdkafka_scram(pki, ALICE), "-C", "-t", "alice-topic", "-p", "0",
                "-o", "beginning", "-c", "1", "-q")  # fmt: skip
-    assert own.returncode == 0 and own.stdout.strip() == b"alice-topic-secret", own.stderr
+    assert own.returncode == 0, own.stderr
+    assert own.stdout.strip() == b"alice-topic-secret", own.stderr
     other = kcat(bootstrap, librdkafka_scram(pki, ALICE), "-C", "-t", "bob-topic", "-p", "0",
                  "-o", "beginning", "-e", "-q")  # fmt: skip
-    assert other.returncode != 0 and other.stdout == b""
+    assert other.returncode != 0
+    assert other.stdout == b""
     assert b"authoriz" in other.stderr.lower(), other.stderr
 
     # confluent-kafka as alice: writes to her topic, refused on the other; her group works,
@@ -149,15 +153,18 @@ async def test_users_see_exactly_what_their_acls_allow(
     values, errors = await asyncio.to_thread(
         confluent_group_errors, alice_rd, "alice-topic", "bob-group"
     )
-    assert values == [] and E.GROUP_AUTHORIZATION_FAILED in errors, errors
+    assert values == [], errors
+    assert E.GROUP_AUTHORIZATION_FAILED in errors, errors
     values, errors = await asyncio.to_thread(
         confluent_group_errors, alice_rd, "bob-topic", "alice-group"
     )
-    assert values == [] and E.TOPIC_AUTHORIZATION_FAILED in errors, errors
+    assert values == [], errors
+    assert E.TOPIC_AUTHORIZATION_FAILED in errors, errors
     values, errors = await asyncio.to_thread(
         confluent_group_errors, alice_rd, "alice-topic", "alice-group"
     )
-    assert values == [b"alice-topic-secret"] and not errors, errors
+    assert values == [b"alice-topic-secret"], errors
+    assert not errors, errors
 
     # aiokafka as alice, PLAIN over TLS: her group on her topic reads; the rest is refused.
     consumer = AIOKafkaConsumer(
@@ -170,6 +177,11 @@ async def test_users_see_exactly_what_their_acls_allow(
         assert message.value == b"alice-topic-secret"
     finally:
         await consumer.stop()
+
+    async def start_and_read_one(consumer: AIOKafkaConsumer) -> None:
+        await consumer.start()
+        await asyncio.wait_for(consumer.getone(), TIMEOUT_S)
+
     for topic, group, refused in (
         ("bob-topic", "alice-group", TopicAuthorizationFailedError),
         ("alice-topic", "bob-group", GroupAuthorizationFailedError),
@@ -180,8 +192,7 @@ async def test_users_see_exactly_what_their_acls_allow(
         )  # fmt: skip
         try:
             with pytest.raises(refused):  # at start (topic metadata) or at the group's join
-                await consumer.start()
-                await asyncio.wait_for(consumer.getone(), TIMEOUT_S)
+                await start_and_read_one(consumer)
         finally:
             await consumer.stop()
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **aiokafka_plain(pki, ALICE))
@@ -193,7 +204,10 @@ async def test_users_see_exactly_what_their_acls_allow(
         await producer.stop()
 
     # bob, authenticated but granted nothing: sees no topic, reads and writes nothing.
-    bob_rd = {"bootstrap.servers": bootstrap, **librdkafka_scram(pki, BOB)}
+    bob_rd: dict[str, str | int | float | bool] = {
+        "bootstrap.servers": bootstrap,
+        **librdkafka_scram(pki, BOB),
+    }
     listing = confluent_kafka.admin.AdminClient(bob_rd).list_topics(timeout=TIMEOUT_S)
     assert sorted(listing.topics) == []
     with pytest.raises(AuthorizationError):
@@ -236,7 +250,8 @@ async def test_the_cli_manages_acls_and_reads_through_a_secured_listener(
     consume = ["consume", "bob-topic", "--from-beginning", "--max", "1",
                "--bootstrap-server", bootstrap]  # fmt: skip
     refused = cli(*consume, "--command-config", command_config(BOB))
-    assert refused.returncode == 1 and "TOPIC_AUTHORIZATION_FAILED" in refused.stderr
+    assert refused.returncode == 1
+    assert "TOPIC_AUTHORIZATION_FAILED" in refused.stderr
     assert refused.stdout == ""
     granted = cli("acls", "add", "--allow-principal", "User:bob", "--operation", "Read",
                   "--operation", "Describe", "--topic", "bob-topic", "--bootstrap-server",
@@ -244,7 +259,8 @@ async def test_the_cli_manages_acls_and_reads_through_a_secured_listener(
     assert granted.returncode == 0, granted.stderr
     listed = cli("acls", "list", "--topic", "bob-topic", "--json", "--bootstrap-server",
                  bootstrap, "--command-config", command_config(ADMIN))  # fmt: skip
-    assert listed.returncode == 0 and "User:bob" in listed.stdout, listed.stderr
+    assert listed.returncode == 0, listed.stderr
+    assert "User:bob" in listed.stdout, listed.stderr
     read = cli(*consume, "--command-config", command_config(BOB))
     assert read.returncode == 0, read.stderr
     assert "bob-topic-secret" in read.stdout
@@ -259,9 +275,11 @@ async def test_replication_between_brokers_logged_in_as_a_super_user(
     second = secured_broker(broker_factory, pki, 2, **settings)
     bootstrap = f"{first.address('SASL_SSL')},{second.address('SASL_SSL')}"
     async with Admin(bootstrap_servers=bootstrap, **riverbed_sasl(pki, ADMIN)) as admin:
-        async with asyncio.timeout(TIMEOUT_S):
-            while len((await admin.describe_cluster()).brokers) < 2:
-                await asyncio.sleep(0.2)
+
+        async def both_registered() -> bool:
+            return len((await admin.describe_cluster()).brokers) >= 2
+
+        await wait_for(both_registered, TIMEOUT_S, what="both brokers registered")
         await admin.create_topic("replicated", partitions=1, replication_factor=2)
         await admin.create_acls(acl(ResourceType.TOPIC, "replicated", R, W, principal="User:alice"))
     values = [f"r{i}".encode() for i in range(20)]

@@ -283,7 +283,8 @@ def test_random_sequences_keep_the_invariants(steps: list[str]) -> None:
         decision = auth.receive(body, version)
         after = auth.state
         if closed:
-            assert isinstance(decision, Close) and after is S.FAILED
+            assert isinstance(decision, Close)
+            assert after is S.FAILED
         if isinstance(decision, Close | RespondAndClose):
             closed = True
             assert after is S.FAILED
@@ -347,7 +348,8 @@ class Wire:
         assert isinstance(self.call(m.ApiVersionsRequest("test", "1"), 3), m.ApiVersionsResponse)
         assert isinstance(self.decisions[-1], Allow)
         response = self.call(m.SaslHandshakeRequest(mechanism), 1)
-        assert isinstance(response, m.SaslHandshakeResponse) and response.error_code == 0
+        assert isinstance(response, m.SaslHandshakeResponse)
+        assert response.error_code == 0
         assert mechanism in response.mechanisms
 
     def authenticate(self, token: bytes, version: int) -> m.SaslAuthenticateResponse:
@@ -401,7 +403,8 @@ def test_wrong_password_is_refused_and_closes(mechanism: str) -> None:
         "Authentication failed: Invalid username or password",
     )
     assert isinstance(wire.decisions[-1], RespondAndClose)
-    assert wire.auth.state is S.FAILED and wire.auth.principal is None
+    assert wire.auth.state is S.FAILED
+    assert wire.auth.principal is None
 
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])

@@ -25,6 +25,7 @@ from tests.security.clients import (
     riverbed_produce,
 )
 from tests.support.broker import BrokerFactory, BrokerProcess, BrokerStartError
+from tests.support.cluster import wait_for
 from tools.pki import BROKER_KEY_PASSWORD, Pki
 
 # Over one TLS chunk (256 KiB), so a fetch response's file region is written in several.
@@ -133,9 +134,11 @@ async def test_brokers_replicate_to_each_other_over_tls(
     )
     bootstrap = f"{first.bootstrap},{second.bootstrap}"
     async with Admin(bootstrap_servers=bootstrap, **client) as admin:
-        async with asyncio.timeout(TIMEOUT_S):
-            while len((await admin.describe_cluster()).brokers) < 2:
-                await asyncio.sleep(0.2)
+
+        async def both_registered() -> bool:
+            return len((await admin.describe_cluster()).brokers) >= 2
+
+        await wait_for(both_registered, TIMEOUT_S, what="both brokers registered")
         await admin.create_topic("replicated", partitions=1, replication_factor=2)
     values = [f"r{i}".encode() for i in range(50)]
     # acks=all with min.insync.replicas=2 succeeds only if the follower copies over TLS.
@@ -196,6 +199,7 @@ def test_bad_tls_and_listener_settings_are_one_line_errors(
         with pytest.raises(BrokerStartError):
             broker.wait_ready(timeout_s=30)
         errors = [line for line in broker.log_tail().splitlines() if "riverbed: error:" in line]
-        assert len(errors) == 1 and named in errors[0], broker.log_tail()
+        assert len(errors) == 1, broker.log_tail()
+        assert named in errors[0], broker.log_tail()
     finally:
         broker.kill()

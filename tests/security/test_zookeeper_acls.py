@@ -59,11 +59,13 @@ async def test_what_the_broker_and_tools_create_needs_the_credentials(
             await other.get("/config/users/alice")
     async with AsyncZooKeeper(zk_connect, digest=ZkDigest.parse(CREDENTIALS)) as insider:
         data, _ = await insider.get("/config/users/alice")
-        assert b"SCRAM-SHA-512" in data and b"alice-secret" not in data
+        assert b"SCRAM-SHA-512" in data
+        assert b"alice-secret" not in data
 
     # A tool without the credentials fails with one line, and changes nothing.
     refused = riverbed("users", "list", "--zookeeper", zk_connect)
-    assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+    assert refused.returncode == 1, refused.stderr
+    assert refused.stderr.count("\n") == 1, refused.stderr
     assert "NoAuth" in refused.stderr
 
 
@@ -79,6 +81,7 @@ def test_set_acl_without_credentials_is_a_one_line_error(zk_connect: str, tmp_pa
     try:
         assert broker._require_process().wait(timeout=60) != 0
         errors = [line for line in broker.log_tail().splitlines() if "riverbed: error:" in line]
-        assert len(errors) == 1 and "zookeeper.auth.digest" in errors[0], broker.log_tail()
+        assert len(errors) == 1, broker.log_tail()
+        assert "zookeeper.auth.digest" in errors[0], broker.log_tail()
     finally:
         broker.kill()

@@ -40,7 +40,7 @@ from tests.tiering.test_cold_compaction_broker import (
     fill,
     local_start,
 )
-from tests.tiering.test_tiering_broker import latest_manifest, wait_until
+from tests.tiering.test_tiering_broker import current_manifest, latest_manifest, wait_until
 from tests.tiering.test_tiering_s3_broker import ROOT, Bucket, s3_broker
 
 JOB_TIMEOUT_S = 300
@@ -235,7 +235,8 @@ async def test_the_spark_job_and_the_broker_compact_the_cold_tier_to_the_same_lo
     untouched = latest_manifest(store_of(spark_side), TOPIC)
     assert untouched is not None
     assert untouched.get("compacted_end_offset", 0) == 0
-    assert not untouched.get("compaction") and not untouched.get("retired")
+    assert not untouched.get("compaction")
+    assert not untouched.get("retired")
     assert "event=tiering.cold_compaction_left_to_spark " in spark_side.log_path.read_text()
 
     job = await asyncio.to_thread(run_job, spark_side)
@@ -269,13 +270,15 @@ async def test_the_spark_job_and_the_broker_compact_the_cold_tier_to_the_same_lo
     # The manifests agree too: one compacted end, the same offsets covered.
     spark_manifest = latest_manifest(store_of(spark_side), TOPIC)
     broker_manifest = latest_manifest(store_of(broker_side), TOPIC)
-    assert spark_manifest is not None and broker_manifest is not None
+    assert spark_manifest is not None
+    assert broker_manifest is not None
     assert spark_manifest["compacted_end_offset"] == broker_manifest["compacted_end_offset"]
     assert "compaction" not in spark_manifest
 
     # Run again: nothing is due.
     again = await asyncio.to_thread(run_job, spark_side)
-    assert again.returncode == 0 and "nothing due" in again.stderr, again.stderr[-3000:]
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "nothing due" in again.stderr, again.stderr[-3000:]
     # X's broker deletes what the job replaced once the grace is over.
     await wait_until(
         lambda: (
@@ -283,8 +286,8 @@ async def test_the_spark_job_and_the_broker_compact_the_cold_tier_to_the_same_lo
                 p.relative_to(store_of(spark_side)).as_posix()
                 for p in store_of(spark_side).rglob("*.parquet")
             }
-            == {s["key"] for s in latest_manifest(store_of(spark_side), TOPIC)["segments"]}
-        ),  # type: ignore[index]
+            == {s["key"] for s in current_manifest(store_of(spark_side), TOPIC)["segments"]}
+        ),
         "the replaced objects deleted by the leader",
     )
 
@@ -336,11 +339,15 @@ async def test_the_job_compacts_a_cold_tier_on_s3(
         text=True,
         timeout=JOB_TIMEOUT_S,
     )
-    assert job.returncode == 0 and "swapped in" in job.stderr, job.stderr[-3000:]
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert "swapped in" in job.stderr, job.stderr[-3000:]
     manifest = bucket.latest_manifest(topic)
-    assert manifest is not None and compacted(manifest, local_start(broker, topic))
+    assert manifest is not None
+    assert compacted(manifest, local_start(broker, topic))
     await check_every_reader(broker, topic, written, manifest["compacted_end_offset"])
     await wait_until(
-        lambda: bucket.data_keys() == {s["key"] for s in bucket.latest_manifest(topic)["segments"]},  # type: ignore[index]
+        lambda: (
+            bucket.data_keys() == {s["key"] for s in bucket.current_manifest(topic)["segments"]}
+        ),
         "the replaced objects deleted by the leader",
     )

@@ -67,7 +67,8 @@ def test_spark_reads_a_compacted_cold_tier_as_the_broker_serves_it(
     rows = sorted(
         (r.offset, r.key, r.value, int(r.timestamp.timestamp() * 1000)) for r in frame.collect()
     )
-    assert rows == expected and rows[-1][0] < cold_end
+    assert rows == expected
+    assert rows[-1][0] < cold_end
 
 
 async def plan_then_compact(root: Path, compact: bool) -> tuple[HotSplit, StoreOptions]:
@@ -105,7 +106,8 @@ def test_a_hot_split_never_mixes_objects_compacted_after_planning_into_its_snaps
     store = ColdStore(options)
     if not compacted_since:
         tiered = tiered_since(store, split)
-        assert tiered and tiered[0].start == split.start  # objects tiered since planning
+        assert tiered
+        assert tiered[0].start == split.start  # objects tiered since planning
         return
     with pytest.raises(DataLossError, match="compacted after the query was planned"):
         tiered_since(store, split)

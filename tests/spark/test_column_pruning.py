@@ -65,7 +65,8 @@ def test_the_scan_reads_only_the_columns_the_query_references(
     ]
     # count() needs no column; the reader still yields rows, of the cheapest column.
     assert scans(df.groupBy().count()) == [("riverbed", ["partition"])]
-    assert df.count() == 0 and df.select("value").collect() == []
+    assert df.count() == 0
+    assert df.select("value").collect() == []
     # Nothing to narrow: the whole row, or every column.
     assert scans(df) == [("riverbed", ALL)]
     assert scans(df.select(*ALL)) == [("riverbed", ALL)]
@@ -111,7 +112,7 @@ def test_pruning_can_be_switched_off_by_its_rule_name(spark: SparkSession, tmp_p
 def test_other_sources_are_left_alone_and_registering_again_installs_nothing_more(
     spark: SparkSession,
 ) -> None:
-    class Other(DataSource):  # type: ignore[misc]
+    class Other(DataSource):
         """Riverbed's columns under another name."""
 
         @classmethod
@@ -124,7 +125,7 @@ def test_other_sources_are_left_alone_and_registering_again_installs_nothing_mor
         def reader(self, schema: Any) -> DataSourceReader:
             return NoRows()
 
-    class NoRows(DataSourceReader):  # type: ignore[misc]
+    class NoRows(DataSourceReader):
         def partitions(self) -> list[InputPartition]:
             return [InputPartition(0)]
 

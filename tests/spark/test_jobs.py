@@ -51,14 +51,15 @@ def test_key_counts_over_a_topics_whole_history(
     plan = next(line for line in job.stderr.splitlines() if "splits from the cold tier" in line)
     cold_splits = int(plan.split(": ")[-1].split()[0])
     assert cold_splits > 0
-    assert "wrote per-key counts" in job.stderr and "wrote windowed counts" in job.stderr
+    assert "wrote per-key counts" in job.stderr
+    assert "wrote windowed counts" in job.stderr
 
     expected = Counter(record_of(i)["key"] for i in range(RECORDS))
     keys = pq.read_table(out / "keys").to_pylist()
     assert {row["key"]: row["records"] for row in keys} == dict(expected)
     windows = pq.read_table(out / "windows").to_pylist()
     assert sum(row["records"] for row in windows) == RECORDS
-    per_key = Counter()
+    per_key: Counter[bytes] = Counter()
     for row in windows:
         per_key[row["key"]] += row["records"]
     assert per_key == expected

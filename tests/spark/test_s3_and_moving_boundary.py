@@ -61,7 +61,8 @@ def test_executors_read_s3_directly_and_a_narrow_schema_reads_fewer_bytes(
     before = moto_server.bytes_served()
     narrow = [tuple(row) for row in reader.schema("partition int, offset long").load().collect()]
     narrow_bytes = moto_server.bytes_served() - before
-    assert sorted(narrow) == sorted(full) and len(full) == WIDE_RECORDS
+    assert sorted(narrow) == sorted(full)
+    assert len(full) == WIDE_RECORDS
     assert 0 < narrow_bytes < full_bytes / 10, (narrow_bytes, full_bytes)
 
 
@@ -120,7 +121,8 @@ def test_a_hot_split_tiered_and_deleted_locally_since_planning_is_read_from_the_
         remote_end = cold_store.manifest(topic, split.partition).finished_end_offset
         # The tiered part is taken from the objects, from the split's start with no gap...
         tiered = tiered_since(cold_store, split)
-        assert tiered[0].start == 0 and tiered[-1].end == remote_end > high // 2
+        assert tiered[0].start == 0
+        assert tiered[-1].end == remote_end > high // 2
         # ...and the split reads every record once: that part from the store, the rest through
         # the broker.
         rows = [r for batch in read_split(split, options, target) for r in batch.to_pylist()]

@@ -38,7 +38,7 @@ import os
 import signal
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Final, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar, overload
 
 import pytest
 from riverbed.cli.local_cluster import metadata_broker_ids
@@ -190,13 +190,23 @@ class TestCluster:
         wanted = "the answering brokers" if expected is None else f"brokers {sorted(expected)}"
         await self.wait_for(all_agree, timeout_s, what=f"every broker to list {wanted}")
 
+    @overload
     async def wait_for(
         self,
-        predicate: Callable[[], Awaitable[T] | T],
+        predicate: Callable[[], Awaitable[T | None]],
         timeout_s: float,
         *,
         what: str = "the condition",
-    ) -> T:
+    ) -> T: ...
+
+    @overload
+    async def wait_for(
+        self, predicate: Callable[[], T | None], timeout_s: float, *, what: str = "the condition"
+    ) -> T: ...
+
+    async def wait_for(
+        self, predicate: Callable[[], Any], timeout_s: float, *, what: str = "the condition"
+    ) -> Any:
         """`wait_for` with every broker's log tail in the failure message."""
         return await wait_for(predicate, timeout_s, what=what, context=self.describe_logs)
 
@@ -251,8 +261,32 @@ async def partition_state(
     raise LookupError(f"{topic} has no partition {partition}: {description.partitions}")
 
 
+# A predicate's falsy answers (None, False, 0, an empty collection) mean "not yet"; what is
+# returned is its first truthy one, never None.
+@overload
 async def wait_for(
-    predicate: Callable[[], Awaitable[T] | T],
+    predicate: Callable[[], Awaitable[T | None]],
+    timeout_s: float,
+    *,
+    what: str = "the condition",
+    interval_s: float = POLL_INTERVAL_S,
+    context: Callable[[], str] | None = None,
+) -> T: ...
+
+
+@overload
+async def wait_for(
+    predicate: Callable[[], T | None],
+    timeout_s: float,
+    *,
+    what: str = "the condition",
+    interval_s: float = POLL_INTERVAL_S,
+    context: Callable[[], str] | None = None,
+) -> T: ...
+
+
+async def wait_for(
+    predicate: Callable[[], Awaitable[T | None] | T | None],
     timeout_s: float,
     *,
     what: str = "the condition",

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any, Final
 
-import boto3  # type: ignore[import-untyped]
+import boto3
 from botocore.config import Config
 
 from tests.support.ports import free_port

@@ -30,7 +30,8 @@ from riverbed.protocol.connection import (
 )
 from riverbed.protocol.messages import ResponseBody
 
-from tests.support.broker import HOST, free_port
+from tests.support.broker import HOST
+from tests.support.ports import free_port
 
 CHUNK_BYTES = 64 * 1024
 

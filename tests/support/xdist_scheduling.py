@@ -22,7 +22,7 @@ def whole_directory(nodeid: str) -> str | None:
     return next((d for d in WHOLE_DIRECTORIES if nodeid.startswith(d)), None)
 
 
-class FileOrDirectoryScheduling(LoadFileScheduling):
+class FileOrDirectoryScheduling(LoadFileScheduling):  # type: ignore[misc]  # xdist has no types
     def _split_scope(self, nodeid: str) -> str:
         return whole_directory(nodeid) or super()._split_scope(nodeid)
 

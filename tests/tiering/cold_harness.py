@@ -133,7 +133,7 @@ class TieredPartition:
         self.now_ms = NOW_MS  # the tiering parts' clock: a test may move it
         self.tiering = TieredStorage(
             self.broker, root / "data", [self.partition], self._config_of, lambda: self.now_ms
-        )  # type: ignore[arg-type]  # a list is all the parts iterate
+        )
 
     @classmethod
     async def open(

@@ -52,7 +52,8 @@ async def test_reads_are_exact_across_chunks_and_cached_chunks_need_no_store(
         assert misses == 4  # each chunk fetched once
         await store.delete("t/0/segments/a.parquet")
         assert await read(cache, 100, 2 * CHUNK_BYTES) == data[100 : 100 + 2 * CHUNK_BYTES]
-        assert cache.misses == misses and cache.hits > 0
+        assert cache.misses == misses
+        assert cache.hits > 0
     finally:
         await asyncio.to_thread(cache.close)
 

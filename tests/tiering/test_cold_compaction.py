@@ -91,8 +91,8 @@ def test_the_offset_map_holds_the_latest_offset_of_each_key_up_to_where_it_fille
 
 def test_an_offset_map_that_cannot_hold_one_key_is_an_error() -> None:
     offsets = ColdOffsetMap(10, 0)
+    offsets.add(pa.array([b"key"]), pa.array([0]), 1)
     with pytest.raises(ValueError, match="cannot hold a single key"):
-        offsets.add(pa.array([b"key"]), pa.array([0]), 1)
         offsets.finish()
 
 
@@ -112,7 +112,8 @@ def test_the_map_of_100k_keys_stays_below_its_bound_in_real_memory() -> None:
         )
         peak = max(peak, pa.total_allocated_bytes() - before)
     offsets.finish()
-    assert not offsets.full and len(offsets) == 100_000
+    assert not offsets.full
+    assert len(offsets) == 100_000
     assert peak < capacity / 2, (peak, capacity)
 
 
@@ -153,7 +154,8 @@ def test_the_plan_covers_the_cleanable_range_in_groups_and_measures_what_is_dirt
     plan = plan_cold_compaction(manifest, config, NOW_MS)
     assert plan is not None
     assert [[s.base_offset for s in group] for group in plan.groups] == [[0, 10], [20], [30]]
-    assert plan.end_offset == 40 and plan.cold_end_offset == 60
+    assert plan.end_offset == 40
+    assert plan.cold_end_offset == 60
     # The map reads every segment from the first dirty offset on, the young ones too.
     assert [s.base_offset for s in plan.map_segments] == [20, 30, 40, 50]
     assert (plan.first_dirty_offset, plan.dirty_bytes, plan.log_bytes) == (20, 1300, 2100)
@@ -161,9 +163,12 @@ def test_the_plan_covers_the_cleanable_range_in_groups_and_measures_what_is_dirt
     # Nothing dirty: no plan. Below the log start: not cleaned.
     assert plan_cold_compaction(replace(manifest, compacted_end_offset=40), config, NOW_MS) is None
     trimmed = plan_cold_compaction(replace(manifest, log_start_offset=15), config, NOW_MS)
-    assert trimmed is not None and trimmed.groups[0][0].base_offset == 10
+    assert trimmed is not None
+    assert trimmed.groups[0][0].base_offset == 10
     strict = replace(config, min_cleanable_dirty_ratio=0.9)
-    assert not plan_cold_compaction(manifest, strict, NOW_MS).due  # type: ignore[union-attr]
+    strict_plan = plan_cold_compaction(manifest, strict, NOW_MS)
+    assert strict_plan is not None
+    assert not strict_plan.due
 
 
 # -- rewriting a group ------------------------------------------------------------------------
@@ -263,7 +268,8 @@ def test_a_batch_left_whole_is_rebuilt_byte_for_byte_and_a_group_with_nothing_to
         out,
         no_pace,
     )
-    assert not rewrite.changed and read_batches(out, 0, 1 << 20) == batch
+    assert not rewrite.changed
+    assert read_batches(out, 0, 1 << 20) == batch
 
 
 def test_control_batches_stay_whole_and_a_group_with_no_row_left_is_an_empty_object(
@@ -286,7 +292,8 @@ def test_control_batches_stay_whole_and_a_group_with_no_row_left_is_an_empty_obj
     rewrite = rewrite_group(
         only_data, everything_superseded, KeepRule(HORIZON_MS, 100), empty, no_pace
     )
-    assert rewrite.rows_out == 0 and pq.read_table(empty).num_rows == 0
+    assert rewrite.rows_out == 0
+    assert pq.read_table(empty).num_rows == 0
     assert read_batches(empty, 0, 1 << 20) == b""
     entry = compacted_segment((remote(0, 0, max_ts=123),), rewrite, "k", 1, 3)
     assert (entry.records, entry.log_bytes, entry.min_timestamp_ms, entry.max_timestamp_ms) == (

@@ -165,9 +165,11 @@ async def test_a_crash_at_any_step_leaves_the_log_as_before_or_after_and_the_nex
                     p.relative_to(restarted.store_root).as_posix()
                     for p in restarted.store_root.rglob("*.parquet")
                 }
-                assert manifest.compaction is None and manifest.retired == ()
+                assert manifest.compaction is None
+                assert manifest.retired == ()
                 assert stored == {s.key for s in manifest.segments}, f"{name}: orphans"
             finally:
                 await restarted.close()
     # Crashes before the swap's commit read as before, from its commit on as after.
-    assert seen["before"] > 0 and seen["after"] > 0, seen
+    assert seen["before"] > 0, seen
+    assert seen["after"] > 0, seen

@@ -10,13 +10,14 @@ claim, swap at the manifest's leader epoch); the broker's side is the broker's c
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from riverbed.protocol.compression import CompressionType
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.tiering import cold_commit
 from riverbed.tiering.cold_compaction import plan_cold_compaction
-from riverbed.tiering.manifest import ManifestError, PendingCompaction
+from riverbed.tiering.manifest import Manifest, ManifestError, PendingCompaction
 from riverbed.tiering.remote_metadata import RemoteMetadata
 from riverbed.tiering.stores import open_store
 
@@ -70,8 +71,10 @@ async def test_a_claimed_job_keeps_the_broker_out_until_its_lease_runs_out(tmp_p
         assert await tiered.compact_cold() is None
         assert tiered.manifest().compaction == pending
         # A second claim (another job, or the broker's) is refused.
+        plan = plan_cold_compaction(tiered.manifest(), tiered.config, NOW_MS)
+        assert plan is not None
         other = cold_commit.new_pending(
-            plan_cold_compaction(tiered.manifest(), tiered.config, NOW_MS),  # type: ignore[arg-type]
+            plan,
             TOPIC,
             0,
             owner="spark-app-2",
@@ -85,7 +88,8 @@ async def test_a_claimed_job_keeps_the_broker_out_until_its_lease_runs_out(tmp_p
         # is refused.
         tiered.now_ms = NOW_MS + 60_000
         result = await tiered.compact_cold()
-        assert result is not None and result.swapped
+        assert result is not None
+        assert result.swapped
         with pytest.raises(ManifestError, match="not pending"):
             await cold_commit.swap(metadata, epoch, pending, {}, 0, NOW_MS)
     finally:
@@ -108,9 +112,11 @@ async def test_a_leader_change_fences_the_jobs_swap_and_the_new_leader_aborts_it
         # The claim of the old epoch is aborted (the lease has hours left) and the new leader
         # compacts.
         result = await leader.compact_cold()
-        assert result is not None and result.swapped
+        assert result is not None
+        assert result.swapped
         manifest = leader.manifest()
-        assert manifest.compaction is None and manifest.leader_epoch == 2
+        assert manifest.compaction is None
+        assert manifest.leader_epoch == 2
     finally:
         await leader.close()
 
@@ -124,17 +130,19 @@ async def test_a_deposed_brokers_own_pass_is_fenced_and_changes_nothing(tmp_path
         newer = RemoteMetadata(store, TOPIC, 0)
         original_swap = cold_commit.swap
 
-        async def a_new_leader_claims_first(*args: object, **kwargs: object) -> object:
+        async def a_new_leader_claims_first(*args: Any, **kwargs: Any) -> Manifest:
             await newer.commit(5, lambda m: m)  # the new leader's claim of the manifest
-            return await original_swap(*args, **kwargs)  # type: ignore[arg-type]
+            return await original_swap(*args, **kwargs)
 
-        cold_commit.swap = a_new_leader_claims_first  # type: ignore[assignment]
+        cold_commit.swap = a_new_leader_claims_first
         try:
             assert await tiered.compact_cold() is None
         finally:
-            cold_commit.swap = original_swap  # type: ignore[assignment]
+            cold_commit.swap = original_swap
         latest = await newer.latest()
-        assert latest.leader_epoch == 5 and latest.compaction is not None  # left for epoch 5
-        assert latest.retired == () and latest.compacted_end_offset == 0
+        assert latest.leader_epoch == 5
+        assert latest.compaction is not None  # left for epoch 5
+        assert latest.retired == ()
+        assert latest.compacted_end_offset == 0
     finally:
         await tiered.close()

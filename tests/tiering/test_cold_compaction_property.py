@@ -93,7 +93,8 @@ def check_cold_tier(
     for offset, key, value, timestamp, control in tiered.cold_rows():
         if offset >= compacted_end or control:
             continue
-        assert key is not None and latest[key] == offset, f"offset {offset}: superseded"
+        assert key is not None, f"offset {offset}: superseded"
+        assert latest[key] == offset, f"offset {offset}: superseded"
         assert not (value is None and timestamp < HORIZON_MS), f"offset {offset}: expired"
 
 

@@ -95,4 +95,5 @@ async def test_racing_writers_at_one_epoch_serialize_without_losing_a_change(
         )
     )
     latest = await writers[0].latest()
-    assert latest.version == 4 and latest.log_start_offset == 3
+    assert latest.version == 4
+    assert latest.log_start_offset == 3

@@ -55,14 +55,17 @@ def test_a_segment_goes_through_its_lifecycle_and_the_end_offset_follows() -> No
     second = segment(100, 199)
     m = m.with_copy_started(second).with_state([second.key], SegmentState.COPY_FINISHED)
     found = m.segment_for(150)
-    assert found is not None and found.key == second.key
+    assert found is not None
+    assert found.key == second.key
     assert m.segment_for(200) is None
 
     # retention: the log start moves first, then the segment is deleted and dropped
     m = m.with_log_start_offset(100).with_state([first.key], SegmentState.DELETE_STARTED)
-    assert m.segment_for(50) is None and m.end_offset == 200
+    assert m.segment_for(50) is None
+    assert m.end_offset == 200
     m = m.without([first.key])
-    assert [s.key for s in m.segments] == [second.key] and m.log_start_offset == 100
+    assert [s.key for s in m.segments] == [second.key]
+    assert m.log_start_offset == 100
 
 
 def test_retried_steps_are_no_ops() -> None:
@@ -88,7 +91,8 @@ def test_a_copy_recorded_before_its_object_finishes_with_the_objects_facts() -> 
     )
     after = segment(100, 199)
     m = Manifest.empty("t", 0).with_copy_started(started).with_copy_started(after)
-    assert m.end_offset == 200 and m.finished() == []
+    assert m.end_offset == 200
+    assert m.finished() == []
     done = replace(segment(0, 99), state=SegmentState.COPY_FINISHED)
     finished = m.with_copy_finished(done)
     assert finished.finished() == [done]  # size, records and timestamps from the object
@@ -219,7 +223,8 @@ def test_a_compaction_swaps_its_groups_in_one_version_and_retires_what_they_repl
         m.segments[3].key,
     ]
     assert all(r.retired_ms == 5_000 for r in swapped.retired)
-    assert swapped.compaction is None and swapped.compacted_end_offset == 400
+    assert swapped.compaction is None
+    assert swapped.compacted_end_offset == 400
     assert Manifest.from_json(swapped.to_json(), "x") == swapped
     # The swap cannot happen twice, nor after an abort.
     with pytest.raises(ManifestError, match="not pending"):
@@ -232,7 +237,8 @@ def test_a_compaction_swaps_its_groups_in_one_version_and_retires_what_they_repl
     with pytest.raises(ManifestError, match="deleted while"):
         swapped.without_retired(keys)
     gone = swapped.with_retired_state(keys, SegmentState.DELETE_STARTED).without_retired(keys)
-    assert gone.retired == () and gone.finished() == swapped.finished()
+    assert gone.retired == ()
+    assert gone.finished() == swapped.finished()
 
 
 def test_one_compaction_at_a_time_and_never_over_changed_segments() -> None:

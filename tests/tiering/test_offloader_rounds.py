@@ -5,7 +5,6 @@ the segments it did upload (driven by hand on a real log and a real file:// stor
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from riverbed.hot.storage.log import SegmentStats
 from riverbed.protocol.compression import CompressionType
@@ -38,12 +37,12 @@ async def test_a_round_that_fails_midway_has_freed_what_it_uploaded(tmp_path: Pa
         put_file = store.put_file
         uploads = 0
 
-        async def failing_put_file(*args: Any) -> None:
+        async def failing_put_file(key: str, path: Path) -> None:
             nonlocal uploads
             if uploads == UPLOADS_BEFORE_THE_OUTAGE:
                 raise ObjectStoreError("the store went away")
             uploads += 1
-            await put_file(*args)
+            await put_file(key, path)
 
         store.put_file = failing_put_file  # type: ignore[method-assign]
         await part.tier()

@@ -29,7 +29,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from riverbed.protocol.compression import CompressionType
-from riverbed.protocol.record_types import TopicPartition
+from riverbed.protocol.record_types import Headers, TopicPartition
 from riverbed.protocol.records import (
     ATTRIBUTES_POSITION,
     CRC_POSITION,
@@ -114,7 +114,7 @@ def headers_of(data: bytes) -> list[BatchHeader]:
     return [header for _, header in iter_batch_headers(data)]
 
 
-def records_of(data: bytes) -> list[tuple[object, ...]]:
+def records_of(data: bytes) -> list[tuple[int, int, bytes | None, bytes | None, Headers]]:
     """(offset, timestamp, key, value, headers) of each record of `data`'s whole batches."""
     return [
         (record.offset, record.timestamp_ms, record.key, record.value, record.headers)
@@ -471,7 +471,8 @@ def touched(reads: list[range], spans: list[range]) -> set[int]:
         }
         assert inside, f"read {read} touches no row group"
         first, last = spans[min(inside)], spans[max(inside)]
-        assert first.start <= read.start and read.stop <= last.stop, f"read {read} strays out"
+        assert first.start <= read.start, f"read {read} strays out"
+        assert read.stop <= last.stop, f"read {read} strays out"
         groups |= inside
     return groups
 
@@ -484,7 +485,8 @@ def test_a_read_at_a_high_offset_touches_only_the_row_groups_it_needs(tmp_path: 
     file = RecordingFile(path.read_bytes())
     reader = SegmentReader(file)
     # Opening reads the file's tail: the footer (and the end of the last row group with it).
-    assert len(file.reads) == 1 and file.reads[0].stop == path.stat().st_size
+    assert len(file.reads) == 1
+    assert file.reads[0].stop == path.stat().st_size
     file.reads.clear()
     assert headers_of(reader.read_batches(1_955, 1))[0].base_offset == 1_950
     assert touched(file.reads, spans) == {19}
@@ -552,7 +554,9 @@ def test_the_file_is_plain_parquet_with_sparks_kafka_columns(tmp_path: Path) -> 
         "list<element: struct<key: string not null, value: binary> not null>"
     )
     row = pq.read_table(path).slice(1, 1).to_pylist()[0]
-    assert row["topic"] == "orders" and row["partition"] == 3 and row["offset"] == 1
+    assert row["topic"] == "orders"
+    assert row["partition"] == 3
+    assert row["offset"] == 1
     assert (row["key"], row["value"]) == (b"key-1", b"value-1-" * 2)
     assert row["headers"] == [
         {"key": "trace", "value": b"1"},
@@ -563,7 +567,8 @@ def test_the_file_is_plain_parquet_with_sparks_kafka_columns(tmp_path: Path) -> 
     metadata = parquet.metadata
     offset_column = SCHEMA.get_field_index("offset")
     chunk = metadata.row_group(0).column(offset_column)
-    assert chunk.path_in_schema == "offset" and chunk.compression == "ZSTD"
+    assert chunk.path_in_schema == "offset"
+    assert chunk.compression == "ZSTD"
     assert (chunk.statistics.min, chunk.statistics.max) == (0, 99)
     assert metadata.row_group(0).sorting_columns[0].column_index == offset_column
     # What readers prune by (Spark's reader: offset and batch_attributes) has statistics; the
@@ -688,7 +693,7 @@ def test_segments_a_real_broker_wrote_from_confluent_kafka_come_back(
         for i in range(BROKER_RECORDS):
             key, value, headers, timestamp_ms = produced(i, now_ms)
             producer.produce(
-                topic, value, key, partition=0, headers=headers, timestamp=timestamp_ms
+                topic, value, key, partition=0, headers=list(headers), timestamp=timestamp_ms
             )
         assert producer.flush(BROKER_TIMEOUT_S) == 0
     after_ms = int(time.time() * 1000)
@@ -714,9 +719,9 @@ def test_segments_a_real_broker_wrote_from_confluent_kafka_come_back(
             assert table.column("offset").to_pylist() == [r[0] for r in records_of(original)]
 
         assert [r[0] for r in rebuilt_records] == list(range(len(rebuilt_records)))
-        headers = headers_of(b"".join(p.read_bytes() for p in sealed))
-        assert all(h.producer_id >= 0 and h.base_sequence >= 0 for h in headers)
-        assert {h.compression.name.lower() for h in headers} == {compression}
+        batch_headers = headers_of(b"".join(p.read_bytes() for p in sealed))
+        assert all(h.producer_id >= 0 and h.base_sequence >= 0 for h in batch_headers)
+        assert {h.compression.name.lower() for h in batch_headers} == {compression}
         for offset, timestamp_ms, key, value, record_headers in rebuilt_records:
             sent_key, sent_value, sent_headers, sent_timestamp_ms = produced(offset, now_ms)
             assert (key, value, list(record_headers)) == (sent_key, sent_value, sent_headers)

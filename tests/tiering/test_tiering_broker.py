@@ -52,6 +52,13 @@ def latest_manifest(store: Path, topic: str) -> dict[str, Any] | None:
     return json.loads(versions[-1].read_text()) if versions else None
 
 
+def current_manifest(store: Path, topic: str) -> dict[str, Any]:
+    """The latest manifest, which must exist by now."""
+    manifest = latest_manifest(store, topic)
+    assert manifest is not None, f"{topic}: no manifest in {store}"
+    return manifest
+
+
 def finished(manifest: dict[str, Any] | None) -> list[dict[str, Any]]:
     if manifest is None:
         return []
@@ -115,7 +122,8 @@ async def test_segments_are_tiered_deleted_locally_and_read_back_from_offset_zer
     await wait_until(lambda: local_start() > RECORDS // 2, "local segments tiered and deleted")
     manifest = latest_manifest(store, topic)
     done = finished(manifest)
-    assert done and done[0]["base_offset"] == 0
+    assert done
+    assert done[0]["base_offset"] == 0
     for before, after in itertools.pairwise(done):
         assert after["base_offset"] == before["last_offset"] + 1  # no gap, no overlap
     assert done[-1]["last_offset"] + 1 >= local_start()
@@ -124,7 +132,8 @@ async def test_segments_are_tiered_deleted_locally_and_read_back_from_offset_zer
     table = pq.read_table(store / str(done[0]["key"]))
     assert table.column_names[: len(SPARK_COLUMNS)] == SPARK_COLUMNS
     offsets = table.column("offset").to_pylist()
-    assert offsets == sorted(offsets) and offsets[0] == 0
+    assert offsets == sorted(offsets)
+    assert offsets[0] == 0
     assert table.column("value").to_pylist()[:3] == [value_of(i) for i in range(3)]
 
     # ListOffsets: earliest is the remote log start; by time searches the remote tier first.
@@ -143,7 +152,11 @@ async def test_segments_are_tiered_deleted_locally_and_read_back_from_offset_zer
     assert read == EXPECTED
 
 
-def consume_with_confluent(bootstrap: str, topic: str) -> list[tuple[int, bytes, bytes]]:
+# As librdkafka gives them: offset, key, value (each None on an error, which fails the test).
+ConfluentRecord = tuple[int | None, bytes | None, bytes | None]
+
+
+def consume_with_confluent(bootstrap: str, topic: str) -> list[ConfluentRecord]:
     consumer = confluent_kafka.Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -154,7 +167,7 @@ def consume_with_confluent(bootstrap: str, topic: str) -> list[tuple[int, bytes,
     )
     try:
         consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
-        out: list[tuple[int, bytes, bytes]] = []
+        out: list[ConfluentRecord] = []
         deadline = time.monotonic() + WAIT_TIMEOUT_S
         while len(out) < RECORDS and time.monotonic() < deadline:
             message = consumer.poll(1.0)
@@ -187,7 +200,8 @@ def check_contiguous_from_zero(
     assert manifest is not None
     assert all(s["state"] == "COPY_FINISHED" for s in manifest["segments"]), manifest
     done = finished(manifest)
-    assert done and done[0]["base_offset"] == 0
+    assert done
+    assert done[0]["base_offset"] == 0
     for before, after in itertools.pairwise(done):
         assert after["base_offset"] == before["last_offset"] + 1  # no gap, no overlap
     assert stored_keys == {s["key"] for s in done}  # no orphaned object left behind
@@ -206,7 +220,8 @@ async def test_an_unreachable_store_keeps_the_backlog_locally_and_uploads_resume
     topic = await tiered_topic(broker)  # produce is unaffected
     await asyncio.sleep(1.0)  # several tiering rounds fail
     segments = broker.segment_files(topic, 0)
-    assert int(segments[0].stem) == 0 and len(segments) > 5  # nothing deleted locally
+    assert int(segments[0].stem) == 0
+    assert len(segments) > 5  # nothing deleted locally
     assert await read_all_from_zero(broker, topic) == EXPECTED
     assert "event=tiering.upload_failed " in broker.log_path.read_text()
 
@@ -277,9 +292,10 @@ async def test_a_consumer_of_several_partitions_all_in_the_cold_tier_reads_every
             assert batches, f"stalled after {len(seen)} records"
             for records in batches.values():
                 seen += [(r.partition, r.offset, r.value) for r in records]
-    assert len(seen) == RECORDS and set(seen) == expected
+    assert len(seen) == RECORDS
+    assert set(seen) == expected
 
-    def with_librdkafka() -> set[tuple[int, int, bytes | None]]:
+    def with_librdkafka() -> set[tuple[int | None, int | None, bytes | None]]:
         consumer = confluent_kafka.Consumer(
             {
                 "bootstrap.servers": broker.bootstrap,
@@ -292,7 +308,7 @@ async def test_a_consumer_of_several_partitions_all_in_the_cold_tier_reads_every
             consumer.assign(
                 [confluent_kafka.TopicPartition(topic, p, 0) for p in range(partitions)]
             )
-            got: list[tuple[int, int, bytes | None]] = []
+            got: list[tuple[int | None, int | None, bytes | None]] = []
             deadline = time.monotonic() + WAIT_TIMEOUT_S
             while len(got) < RECORDS and time.monotonic() < deadline:
                 for message in consumer.consume(1000, 1.0):

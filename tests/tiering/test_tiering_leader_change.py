@@ -143,7 +143,8 @@ async def test_a_new_leader_continues_from_the_manifest_and_the_old_ones_late_wr
     await wait_for(settled, SETTLE_TIMEOUT_S, what="no orphan and no unfinished copy")
     check_contiguous_from_zero(bucket.latest_manifest(TOPIC), bucket.data_keys())
     epochs = manifest_epochs(bucket)
-    assert epochs == sorted(epochs) and epochs[-1] == after.leader_epoch
+    assert epochs == sorted(epochs)
+    assert epochs[-1] == after.leader_epoch
 
     # Every acknowledged record, once, in order, byte-exact, read from offset 0.
     seen: list[bytes | None] = []

@@ -61,7 +61,8 @@ async def test_after_a_restart_the_log_start_is_the_remote_one_even_before_the_m
     try:
         consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
         message = consumer.poll(30)
-        assert message is not None and message.error() is None
+        assert message is not None
+        assert message.error() is None
         assert (message.offset(), message.value()) == (0, EXPECTED[0][2])
     finally:
         consumer.close()

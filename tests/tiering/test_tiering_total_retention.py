@@ -63,7 +63,7 @@ def check_after_retention(store: Path, topic: str) -> list[dict[str, Any]]:
     """The remaining segments: from the log start on, finished, contiguous, each object in the
     store and nothing else in it."""
     manifest = settled_manifest(store, topic)
-    kept = manifest["segments"]
+    kept: list[dict[str, Any]] = manifest["segments"]
     assert all(s["state"] == "COPY_FINISHED" for s in kept)
     assert kept[0]["base_offset"] == manifest["log_start_offset"]
     for before, after in itertools.pairwise(kept):

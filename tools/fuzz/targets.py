@@ -131,7 +131,8 @@ def check_server_event(event: object) -> None:
         encode_unsupported_api_versions(event.correlation_id, supported_api_versions())
     else:
         assert isinstance(event, CloseConnection), f"unexpected event {event!r}"
-        assert isinstance(event.reason, str) and event.reason
+        assert isinstance(event.reason, str)
+        assert event.reason
 
 
 def check_request_round_trip(body: RequestBody, version: int) -> None:
@@ -235,7 +236,8 @@ def check_produced_records(data: bytes, max_message_bytes: int = MAX_MESSAGE_BYT
     except KafkaError as error:
         assert error.code in PRODUCE_REJECTIONS, f"refused with {error.code!r}: {error}"
         return False
-    assert headers and sum(h.size_bytes for h in headers) == len(buf)
+    assert headers
+    assert sum(h.size_bytes for h in headers) == len(buf)
     assigned = assign_offsets(view, headers, FIRST_OFFSET, LEADER_EPOCH)
     assert [h.base_offset for h in assigned] == _consecutive(headers, FIRST_OFFSET)
     # The rewrite left every CRC intact: a follower (or recovery) accepts the bytes as they are.

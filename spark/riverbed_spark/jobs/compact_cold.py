@@ -335,11 +335,11 @@ def _hot_keys(
 
 
 @dataclass(frozen=True)
-class ObjectsSplit(InputPartition):  # type: ignore[misc]
+class ObjectsSplit(InputPartition):
     objects: tuple[tuple[int, str], ...]  # (group, key)
 
 
-class RowsSource(DataSource):  # type: ignore[misc]
+class RowsSource(DataSource):
     """Reads (group, offset, key) of the data rows of the objects in option `objects` (JSON
     [[group, key], ...]) from the store in option `store` (JSON [url, settings])."""
 
@@ -356,7 +356,7 @@ class RowsSource(DataSource):  # type: ignore[misc]
         return RowsReader(StoreOptions(url, settings), objects)
 
 
-class RowsReader(DataSourceReader):  # type: ignore[misc]
+class RowsReader(DataSourceReader):
     def __init__(self, store: StoreOptions, objects: list[tuple[int, str]]) -> None:
         self.store = store
         self.objects = objects
@@ -389,11 +389,11 @@ class RowsReader(DataSourceReader):  # type: ignore[misc]
 
 
 @dataclass(frozen=True)
-class GroupsDone(WriterCommitMessage):  # type: ignore[misc]
+class GroupsDone(WriterCommitMessage):
     results: tuple[dict[str, Any], ...]
 
 
-class GroupsSink(DataSource):  # type: ignore[misc]
+class GroupsSink(DataSource):
     """Rows (grp, offset, latest) sorted by (grp, offset) within each task: each group's objects
     are rewritten and uploaded; the driver-side commit writes every group's result as JSON to
     the path in option `results`."""
@@ -406,7 +406,7 @@ class GroupsSink(DataSource):  # type: ignore[misc]
         return GroupsWriter(dict(self.options))
 
 
-class GroupsWriter(DataSourceArrowWriter):  # type: ignore[misc]
+class GroupsWriter(DataSourceArrowWriter):
     def __init__(self, options: dict[str, str]) -> None:
         url, settings = json.loads(options["store"])
         horizon, map_end = json.loads(options["rule"])
@@ -439,8 +439,12 @@ class GroupsWriter(DataSourceArrowWriter):  # type: ignore[misc]
         table = pa.Table.from_batches(batches)
         return _rewrite_group(self.store, self.rule, self.tasks[grp], table)
 
-    def commit(self, messages: list[GroupsDone | None]) -> None:
-        results = [r for message in messages if message is not None for r in message.results]
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        results: list[dict[str, Any]] = []
+        for message in messages:
+            if message is not None:
+                assert isinstance(message, GroupsDone)  # what write() returns
+                results += message.results
         Path(self.results_path).write_text(json.dumps(results))
 
 
