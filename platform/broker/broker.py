@@ -134,7 +134,7 @@ class Broker:
         # Before anything starts: a bad keystore is a one-line error, not a failing handshake.
         ssl_contexts = self._ssl_contexts()
         data_dir = Path(config.log_dir)
-        data_dir.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
         # Local logs first: recovery must finish before anything is served.
         self._log_manager = await asyncio.to_thread(LogManager, data_dir, self._log_config({}))
         stack.push_async_callback(self._close_logs)
