@@ -16,7 +16,7 @@ REPO: Final = Path(__file__).resolve().parents[2]
 DASHBOARD: Final = REPO / "deploy" / "grafana" / "riverbed-brokers.json"
 METRIC_NAME: Final = re.compile(r"\briverbed_[a-z_]+")
 # Families collected at scrape time, declared in this file by their string literals.
-STATE_SOURCE: Final = REPO / "platform" / "hot" / "metrics_state.py"
+STATE_SOURCE: Final = REPO / "platform" / "broker" / "metrics_state.py"
 
 
 def declared_families() -> dict[str, str]:
