@@ -6,8 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = ("platform", "spark", "tests", "bench", "tools")
+
+# mypy and ruff run as the commands a developer runs.
+pytestmark = pytest.mark.processes
 
 
 def test_mypy_strict_on_the_riverbed_package() -> None:
