@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMPS := .stamps
 SOURCES := $(shell find platform spark -type f \( -name '*.py' -o -name '*.pyx' -o -name '*.pyi' -o -name '*.spec' -o -name 'py.typed' -o -name '*.java' \) 2>/dev/null) pyproject.toml setup.py
 
-.PHONY: run test lint typecheck bench fuzz clean setup setup-test
+.PHONY: run test test-fast lint typecheck bench fuzz clean setup setup-test
 
 run: setup
 	$(VENV)/bin/riverbed cluster up --brokers 3 --data-dir ./.riverbed --demo-topic demo
@@ -22,6 +22,17 @@ TEST_WORKERS ?= 4
 test: setup-test
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 		$(PYTEST_ARGS)
+
+# The unit tests, for a quick check while working: none that needs a process of its own
+# (ZooKeeper, brokers, moto's S3 server, Spark, a CLI: marked `processes`, tests/support/
+# processes.py), and each property test on at most 5 examples (tests/conftest.py). They compute
+# rather than wait, so FAST_WORKERS is the number of cores; a test at a time (--dist load) keeps
+# both busy to the end. FAST_WORKERS=0 runs them serially.
+FAST_WORKERS ?= 2
+
+test-fast: setup-test
+	$(PY) -m pytest -q -p no:cacheprovider -m "not processes" --hypothesis-profile=riverbed-fast \
+		-n $(FAST_WORKERS) --dist load $(PYTEST_ARGS)
 
 lint: setup-test
 	$(VENV)/bin/ruff check platform spark tests bench tools

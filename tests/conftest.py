@@ -6,12 +6,16 @@
   broker ...`) on 127.0.0.1, killed at teardown (tests/support/broker.py).
 - `cluster_factory`: N such brokers as one cluster, with fault injection (kill, terminate,
   restart, pause) and Metadata polling helpers (tests/support/cluster.py).
+
+Tests that need such processes are marked `processes`, and the others may not start any
+(tests/support/processes.py): `make test-fast` runs the others.
 """
 
 from __future__ import annotations
 
 import random
 import threading
+from typing import Final
 
 import kazoo.protocol.connection
 import kazoo.retry
@@ -20,6 +24,7 @@ from hypothesis import HealthCheck, settings
 
 from tests.support.broker import broker, broker_factory  # noqa: F401
 from tests.support.cluster import cluster_factory  # noqa: F401
+from tests.support.processes import MARK, needs_processes, processes_refused
 from tests.support.xdist_scheduling import FileOrDirectoryScheduling, whole_directories_first
 from tests.support.zookeeper import own_zookeeper, zk_chroot, zookeeper  # noqa: F401
 
@@ -29,6 +34,27 @@ from tests.support.zookeeper import own_zookeeper, zk_chroot, zookeeper  # noqa:
 # the benchmarks measure time.
 settings.register_profile("riverbed", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("riverbed")
+
+# `make test-fast` loads this profile (--hypothesis-profile): a property test runs at most
+# FAST_EXAMPLES examples there, however many its own @settings asks for (`make test` runs the
+# numbers as written). Drawing the examples is most of the unit tests' time: 2.5 minutes of
+# CPU with the tests' own numbers, 80 s with 10 examples at most, 60 s with 5: under a minute on
+# two cores, which a quick check while working can wait for.
+FAST_PROFILE: Final = "riverbed-fast"
+FAST_EXAMPLES: Final = 5
+settings.register_profile(
+    FAST_PROFILE, settings.get_profile("riverbed"), max_examples=FAST_EXAMPLES
+)
+
+
+def _cap_examples(items: list[pytest.Item]) -> None:
+    """A test's own max_examples wins over any profile, and Hypothesis has no public way to
+    bound it: this lowers the settings @given attached to the test, which it reads each run."""
+    for item in items:
+        test = getattr(item, "obj", None)
+        own: settings | None = getattr(test, "_hypothesis_internal_use_settings", None)
+        if own is not None and own.max_examples > FAST_EXAMPLES:
+            test._hypothesis_internal_use_settings = settings(own, max_examples=FAST_EXAMPLES)  # type: ignore[union-attr]
 
 
 @pytest.fixture
@@ -45,8 +71,27 @@ kazoo.protocol.connection.random = random.Random()
 kazoo.retry.random = random.Random()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(tryfirst=True)  # the mark is set before `-m` selects by it
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("hypothesis_profile") == FAST_PROFILE:
+        _cap_examples(items)
+    for item in items:
+        if needs_processes(item):
+            item.add_marker(MARK)
     whole_directories_first(items)
+
+
+# Setup covers the fixtures too: a session fixture is started by the first test that uses it.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> object:
+    with processes_refused(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> object:
+    with processes_refused(item):
+        return (yield)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -529,6 +529,7 @@ class Broker:
         while True:
             await asyncio.sleep(self.config.log_retention_check_interval_ms / 1000)
             apply_retention(ctx.partitions.logs(), self._topic_config, self._tiered, ctx.now_ms())
+            ctx.metrics.retention_passes.inc()
 
     async def _cleaner_loop(self) -> None:
         """Compaction (riverbed.hot.storage.cleaner): one log after another while any is due, then a

@@ -108,6 +108,11 @@ class BrokerMetrics:
         self.isr_expands = Counter(
             "riverbed_isr_expands", "ISR expansions written by this leader", registry=registry
         )
+        self.retention_passes = Counter(
+            "riverbed_retention_passes",
+            "Hot-tier retention passes over every partition (log.retention.check.interval.ms)",
+            registry=registry,
+        )
         # acks=all produce requests waiting for their followers: a plain count, changed twice
         # per such request, that the gauge reads when scraped (a Gauge's inc and dec lock).
         self.produce_purgatory_size = 0

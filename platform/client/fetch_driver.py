@@ -98,6 +98,11 @@ class FetchDriver:
         """Cancel the loop, the Fetches in flight and the metadata refresh; wait for them."""
         await self._wakeup_loop.stop()
 
+    @property
+    def fetching_nodes(self) -> frozenset[int]:
+        """The leader node ids this consumer has a Fetch in flight to."""
+        return frozenset(self._fetching_nodes)
+
     # -- handing records out ----------------------------------------------------------------
     def take(
         self, limit: int, only: tuple[TopicPartition, ...]

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from riverbed.common.allocator import keep_freed_blocks
 
 # Four conversions of an 8 MB segment on a worker thread; the page faults of the last three.
@@ -52,6 +53,7 @@ def faults_of_conversions(tmp_path: Path, mode: str, **environ: str) -> tuple[bo
     return out[0] == "True", int(out[1])
 
 
+@pytest.mark.processes
 def test_pinned_thresholds_spare_the_page_faults_of_freed_blocks(tmp_path: Path) -> None:
     pinned, faults = faults_of_conversions(tmp_path, "pin")
     unpinned, default_faults = faults_of_conversions(tmp_path, "default")
@@ -60,6 +62,7 @@ def test_pinned_thresholds_spare_the_page_faults_of_freed_blocks(tmp_path: Path)
     assert faults * 3 < default_faults, (faults, default_faults)
 
 
+@pytest.mark.processes
 def test_an_operators_own_malloc_settings_win(tmp_path: Path) -> None:
     assert keep_freed_blocks({"MALLOC_TRIM_THRESHOLD_": "1048576"}) is False
     assert keep_freed_blocks({"MALLOC_MMAP_THRESHOLD_": "1048576"}) is False

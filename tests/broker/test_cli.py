@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.broker import BrokerFactory, BrokerProcess
 from tests.support.ports import free_port
 
@@ -126,6 +128,7 @@ def test_topic_errors_are_one_line_and_non_zero(broker: BrokerProcess) -> None:
     assert "INVALID_REPLICATION_FACTOR" in rf.stderr
 
 
+@pytest.mark.processes
 def test_unreachable_bootstrap_is_one_line() -> None:
     result = riverbed("topics", "list", "--bootstrap-server", f"127.0.0.1:{free_port()}")
     assert result.returncode == 1
@@ -185,6 +188,7 @@ def test_config_file_uses_kafka_names(tmp_path: Path, zk_connect: str) -> None:
         broker.kill()
 
 
+@pytest.mark.processes
 def test_unreachable_zookeeper_is_one_line(tmp_path: Path) -> None:
     result = riverbed(
         "broker", "--id", "1", "--listen", f"127.0.0.1:{free_port()}",

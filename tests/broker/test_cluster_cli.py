@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Final
 
+import pytest
 from riverbed.cli.local_cluster import BROKER_STOP_TIMEOUT_S
 from riverbed.client.admin import Admin
 from riverbed.client.producer import Producer
@@ -41,6 +42,9 @@ POLL_INTERVAL_S: Final = 0.1
 BOOTSTRAP_LINE: Final = re.compile(r"bootstrap servers: (\S+)")
 # The embedded ZooKeeper's tickTime is 2 s and a session must last at least two ticks.
 SHORT_SESSION_TIMEOUT_MS: Final = 4_000
+
+# Each test runs `riverbed cluster up` or the `riverbed` command, or a TestCluster.
+pytestmark = pytest.mark.processes
 
 
 def child_pids(pid: int) -> set[int]:

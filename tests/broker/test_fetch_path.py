@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import select
 import signal
 import subprocess
 import time
 import uuid
 from pathlib import Path
+from typing import Final
 
 from riverbed.client.admin import Admin
 from riverbed.client.connection import BrokerConnection
@@ -18,6 +21,13 @@ from riverbed.protocol.records import encode_batch
 
 from tests.support.batches import records_in
 from tests.support.broker import HOST, BrokerProcess
+
+# How long a fetch with nothing to return must stay unanswered: an answer at once (min_bytes not
+# honoured) arrives within a round trip; the wait is the subject, not a condition to poll for.
+PARKED_S: Final = 1.0
+# strace attaches to each thread of the broker in turn (ptrace), then says so.
+STRACE_ATTACH_TIMEOUT_S: Final = 30.0
+STRACE_STOP_TIMEOUT_S: Final = 10.0
 
 
 async def _produce(connection: BrokerConnection, topic: str, values: list[bytes]) -> int:
@@ -90,7 +100,7 @@ async def test_fetch_parks_until_data_arrives(broker: BrokerProcess) -> None:
         waiting = asyncio.create_task(
             consumer.request(_fetch(topic, 0, max_wait_ms=20_000, partition_max_bytes=1 << 20))
         )
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(PARKED_S)
         assert not waiting.done(), waiting.result()
         await _produce(connection, "parked", [b"wake up"])
         response = await asyncio.wait_for(waiting, 5)
@@ -133,6 +143,21 @@ async def test_a_batch_larger_than_max_bytes_is_returned_whole(broker: BrokerPro
         await connection.close()
 
 
+def wait_until_attached(tracer: subprocess.Popen[bytes]) -> None:
+    """Return once strace reports it is attached: it says so once every thread of the process
+    is (`Process N attached with M threads`), so no system call after that goes untraced."""
+    assert tracer.stderr is not None
+    said = b""
+    deadline = time.monotonic() + STRACE_ATTACH_TIMEOUT_S
+    while b" attached" not in said:
+        remaining_s = deadline - time.monotonic()
+        assert remaining_s > 0, f"strace not attached in {STRACE_ATTACH_TIMEOUT_S} s: {said!r}"
+        if select.select([tracer.stderr], [], [], remaining_s)[0]:
+            chunk = os.read(tracer.stderr.fileno(), 4096)
+            assert chunk, f"strace exited before attaching: {said!r}"
+            said += chunk
+
+
 def test_fetched_record_bytes_go_through_sendfile(broker: BrokerProcess, tmp_path: Path) -> None:
     """Attach strace to the broker and check the consumed bytes left through sendfile(2)."""
     lines = [b"%08d" % i + b"x" * 92 for i in range(50_000)]  # 100-byte values, ~5 MB
@@ -144,11 +169,11 @@ def test_fetched_record_bytes_go_through_sendfile(broker: BrokerProcess, tmp_pat
     )
     trace = tmp_path / "strace.out"
     tracer = subprocess.Popen(
-        ["strace", "-f", "-qq", "-e", "trace=sendfile", "-p", str(broker.pid), "-o", str(trace)],
-        stderr=subprocess.DEVNULL,
+        ["strace", "-f", "-e", "trace=sendfile", "-p", str(broker.pid), "-o", str(trace)],
+        stderr=subprocess.PIPE,
     )
     try:
-        time.sleep(1.5)  # attaching to every thread takes a moment
+        wait_until_attached(tracer)
         consumed = subprocess.run(
             [
                 "kcat",
@@ -168,7 +193,7 @@ def test_fetched_record_bytes_go_through_sendfile(broker: BrokerProcess, tmp_pat
         ).stdout
     finally:
         tracer.send_signal(signal.SIGINT)
-        tracer.wait(timeout=10)
+        tracer.communicate(timeout=STRACE_STOP_TIMEOUT_S)  # its detach messages drained
     assert consumed.splitlines() == lines
     sent_bytes = sum(int(n) for n in re.findall(r"sendfile\(.*\) = (\d+)", trace.read_text()))
     assert sent_bytes >= 5_000_000, f"only {sent_bytes} bytes went through sendfile"

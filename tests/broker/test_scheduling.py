@@ -41,6 +41,7 @@ print(apply_scheduling_policy("batch"), os.sched_getscheduler(0) == os.SCHED_IDL
 """
 
 
+@pytest.mark.processes
 def test_a_broker_started_under_another_policy_keeps_it(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-c", STARTED_UNDER_IDLE],

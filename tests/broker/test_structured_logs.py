@@ -3,7 +3,6 @@ broker processes write when leaders, ISRs, segments and clients misbehave."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import socket
@@ -186,4 +185,3 @@ async def test_a_json_logged_incident_reads_as_events(
     assert changed["isr"] == [survivor]
     assert int(str(changed["leader_epoch"])) > before.leader_epoch
     await wait_for_event(cluster, "partition.leading", topic=TOPIC, partition=0)
-    await asyncio.sleep(0)

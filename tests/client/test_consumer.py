@@ -19,6 +19,7 @@ from riverbed.client.types import Record, TopicPartition
 from riverbed.errors import OffsetOutOfRangeError
 
 from tests.support.broker import BrokerProcess
+from tests.support.waiting import eventually
 
 KCAT = "/usr/bin/kcat"
 TIMEOUT_S = 30.0
@@ -72,6 +73,20 @@ async def read(consumer: Consumer, count: int) -> list[Record]:
 
 def consumer(broker: BrokerProcess, **settings: object) -> Consumer:
     return Consumer(bootstrap_servers=broker.bootstrap, **settings)
+
+
+def fetch_in_flight(c: Consumer) -> bool:
+    """Whether the consumer's fetch went out and awaits its answer."""
+    pool, fetcher = c._pool, c._fetcher
+    return (
+        pool is not None
+        and fetcher is not None
+        and any(
+            (connection := pool.open_connection(node)) is not None
+            and connection.in_flight_count > 0
+            for node in fetcher.fetching_nodes
+        )
+    )
 
 
 # -- positions --------------------------------------------------------------------------------
@@ -152,7 +167,7 @@ async def test_fetch_min_bytes_makes_the_broker_wait_fetch_max_wait_ms(
         async with consumer(broker, auto_offset_reset="latest", **settings) as c:
             c.assign([tp])
             await c.position(tp)
-            await asyncio.sleep(0.3)  # the first fetch is parked on the broker now
+            await eventually(lambda: fetch_in_flight(c))  # parked on the broker: nothing to read
             started = time.monotonic()
             await asyncio.to_thread(produce, broker, topic, simple(1))
             records = await read(c, 1)

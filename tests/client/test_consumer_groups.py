@@ -432,9 +432,11 @@ async def test_cooperative_sticky_keeps_consuming_partitions_that_stay_during_a_
         await wait_until(stable_split([a], 6), "a owns every partition")
         slow = await Member("slow", group_broker, group, topic, ledger, **cooperative).start()
         await wait_until(stable_split([a, slow], 6), "a and slow own 3 each")
-        # `slow` now polls every 2 s: each rebalance waits that long for it to rejoin.
+        # `slow` now polls every 2 s: each rebalance waits that long for it to rejoin. Its next
+        # poll starts the first pause.
         slow.pause_s = 2.0
-        await asyncio.sleep(0.3)
+        polls = len(slow.batches)
+        await wait_until(lambda: len(slow.batches) > polls, "slow pausing")
         before, calls_before, batches_before = a.owned(), len(a.listener.calls), len(a.batches)
         c = await Member("c", group_broker, group, topic, ledger, **cooperative).start()
         await wait_until(stable_split([a, slow, c], 6), "a, slow and c own 2 each")
@@ -659,7 +661,9 @@ async def test_slow_processing_keeps_the_member_while_heartbeats_run(
         generation, owned = b.consumer.generation_id, (a.owned(), b.owned())
         calls = list(a.listener.calls)
         a.stall_once_s = 6.0  # three session timeouts without a poll
-        await asyncio.sleep(6.5)
+        polls = len(a.batches)
+        # The poll after the one that started the stall: `a` is back from it.
+        await wait_until(lambda: len(a.batches) > polls + 1, "a back from its stall")
         assert (a.owned(), b.owned()) == owned
         assert a.consumer.generation_id == b.consumer.generation_id == generation
         assert a.consumer.member_state is MemberState.STABLE

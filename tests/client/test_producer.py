@@ -26,6 +26,7 @@ from riverbed.protocol.records import RECORD_BATCH_OVERHEAD
 
 from tests.interop.disk import StoredBatch, read_partition
 from tests.support.broker import BrokerFactory, BrokerProcess
+from tests.support.waiting import eventually
 
 VALUE = b"v" * 100
 
@@ -167,7 +168,8 @@ async def test_acks_all_waits_for_the_answer(broker: BrokerProcess) -> None:
         await (await producer.send("acked", VALUE))
         with paused(broker):
             future = await producer.send("acked", VALUE)
-            await asyncio.sleep(0.5)
+            # Sent, and unanswered while the broker is stopped: not acknowledged meanwhile.
+            await eventually(lambda: sum(producer._sender._node_in_flight.values()) == 1)
             assert not future.done()
         assert (await future).offset == 1
 
@@ -190,6 +192,8 @@ async def test_buffer_memory_blocks_send_and_cancel_leaves_producer_usable(
                 sent.append(task.result())
             assert blocked is not None, "send() never waited for buffer space"
             assert producer.status().buffered_bytes <= 20_000
+            # Nothing frees space while the broker is stopped: still waiting a while later (the
+            # wait is the subject; max_block_ms is a minute).
             await asyncio.sleep(0.3)
             assert not blocked.done()
             blocked.cancel()

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
 
 import pytest
 from riverbed.configs import CONFIG_RULES
-from riverbed.coordination import layout
+from riverbed.coordination import layout, metadata
 from riverbed.coordination.controller_election import ControllerElection
 from riverbed.coordination.layout import BrokerRegistration, PartitionState, TopicAssignment
 from riverbed.coordination.metadata import BrokerIdConflictError, ClusterMetadataStore
@@ -56,7 +57,7 @@ async def test_registration_is_ephemeral(store: ClusterMetadataStore, zk_chroot:
 
 
 async def test_stale_registration_of_a_live_session_is_a_conflict(
-    store: ClusterMetadataStore, zk_chroot: str
+    store: ClusterMetadataStore, zk_chroot: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     await store.register_broker(registration(1))
     rival = await open_store(zk_chroot)
@@ -66,8 +67,10 @@ async def test_stale_registration_of_a_live_session_is_a_conflict(
     assert time.monotonic() - started >= 2 * SESSION_TIMEOUT_MS / 1000 - 0.1
 
     # Once the holder's session ends, a waiting registration goes through.
-    waiting = asyncio.create_task(rival.register_broker(registration(1)))
-    await asyncio.sleep(0.2)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=metadata.__name__):
+        waiting = asyncio.create_task(rival.register_broker(registration(1)))
+        await eventually(lambda: "waiting for the stale registration" in caplog.text)
     await store.zk.stop()
     await asyncio.wait_for(waiting, WAIT_S)
     stat = await rival.zk.exists(layout.broker_path(1))

@@ -10,6 +10,9 @@ from riverbed.coordination.zk import AsyncZooKeeper
 
 from tests.support.zookeeper import new_test_server
 
+# Each test starts ZooKeeper (a JVM) itself.
+pytestmark = pytest.mark.processes
+
 
 async def test_restart_keeps_data_and_leaves_no_process(tmp_path: Path) -> None:
     server = new_test_server(tmp_path)

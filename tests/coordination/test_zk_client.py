@@ -34,6 +34,9 @@ RESTART_SESSION_TIMEOUT_MS = 30_000
 # thread waiting for a core on a loaded machine is late too, and the stall meter (which measures
 # stops of the whole process) does not see that: 0.56 s was seen, so the bound is above it.
 BLOCKED_S_MAX = 2.0
+# How long a call made while ZooKeeper is down must stay waiting: one that failed instead would
+# have failed at once. Nothing to wait for, the wait is what is tested.
+OUTAGE_CALL_WAIT_S = 1.0
 
 
 @pytest.fixture
@@ -153,8 +156,14 @@ async def test_watches_run_on_the_loop_thread(zk: AsyncZooKeeper) -> None:
 
     children.cancel()
     seen_before = len(children_seen)
+    # A watch set after the cancel sees the deletion and then one change more: ZooKeeper's events
+    # reach the session's watches in order, so a watch not cancelled had the deletion by then.
+    witness: list[list[str]] = []
+    await zk.watch_children("/w", witness.append)
     await zk.delete("/w/e")
-    await asyncio.sleep(0.2)
+    await eventually(lambda: witness[-1] == ["d"])
+    await zk.create("/w/f", ephemeral=True)
+    await eventually(lambda: witness[-1] == ["d", "f"])
     assert len(children_seen) == seen_before
     with pytest.raises(NoNodeError):
         await zk.watch_children("/nowhere", lambda c: None)
@@ -193,7 +202,7 @@ async def test_reconnects_after_restart_without_blocking_the_loop(
             await eventually(lambda: zk.state is ConnectionState.SUSPENDED)
             # A call made while ZooKeeper is down waits without blocking the loop...
             pending = asyncio.create_task(zk.create("/topics/during-outage"))
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(OUTAGE_CALL_WAIT_S)
             assert not pending.done()
             await asyncio.to_thread(own_server.start)
             # ...and completes once the client is back (same session: it is resumed).

@@ -684,6 +684,7 @@ def _write_files(document: str) -> dict[str, str]:
     return {entry["path"]: entry["content"] for entry in parsed["write_files"]}
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("package", ["riverbed==0.1.0", "s3://artifacts/riverbed-0.1.0.whl"])
 def test_broker_cloud_init(module: dict[str, dict[str, Any]], package: str) -> None:
     properties = _broker_properties(module)
@@ -839,6 +840,7 @@ def _checkov_command() -> list[str]:
     return command
 
 
+@pytest.mark.processes
 def test_checkov_passes_with_every_skip_explained() -> None:
     if not CHECKOV.is_file():
         pytest.fail(f"{CHECKOV} is missing: run `make setup-test` (the $(STAMPS)/checkov target)")

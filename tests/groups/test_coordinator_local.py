@@ -34,6 +34,8 @@ from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.record_types import TopicPartition
 from riverbed.protocol.versioned import encode_versioned
 
+from tests.support.waiting import eventually
+
 BROKER_ID: Final = 1
 MINUTE_MS: Final = 60_000
 START_MS: Final = 1_700_000_000_000
@@ -83,15 +85,17 @@ class Node:
 
 async def loaded(coordinator: GroupCoordinator) -> None:
     """Return once the coordinator's load ends (it answers instead of LOAD_IN_PROGRESS)."""
-    async with asyncio.timeout(LOAD_TIMEOUT_S):
-        while True:
-            try:
-                coordinator.fetch_offsets("any", [])
-                return
-            except KafkaError as error:
-                if error.code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
-                    raise
-            await asyncio.sleep(0.01)
+
+    def answers() -> bool:
+        try:
+            coordinator.fetch_offsets("any", [])
+        except KafkaError as error:
+            if error.code != ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+                raise
+            return False
+        return True
+
+    await eventually(answers, LOAD_TIMEOUT_S)
 
 
 @pytest.fixture
@@ -277,7 +281,7 @@ async def test_requests_wait_for_the_load_and_stop_at_the_resignation(node: Node
         # Member A is stable; B's join waits for A to rejoin (a rebalance in progress).
         await join_and_sync(coordinator, "g", ["orders"])
         parked = asyncio.create_task(join(coordinator, "g", ["orders"]))
-        await asyncio.sleep(0.1)  # time to be answered, if it were
+        await eventually(lambda: coordinator.describe("g").group_state == "PreparingRebalance")
         assert not parked.done()
 
         # Broker 2 takes over: the parked join is answered, and the group is no longer here.

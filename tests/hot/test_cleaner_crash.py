@@ -141,6 +141,7 @@ clean_log(log, compacted(), UNLIMITED, now_ms=NOW_MS)
 """
 
 
+@pytest.mark.processes
 def test_a_process_killed_right_after_the_swap_marker_reopens_with_the_new_segments(
     tmp_path: Path,
 ) -> None:

@@ -17,6 +17,11 @@ from riverbed.broker.network.connection_waits import IdleClock
 from riverbed.broker.network.response_queue import Deferred, Response, ResponseQueue
 from riverbed.protocol.regions import FileRegion
 
+# How long nothing must be written: the completions' callbacks run at the loop's next turn and
+# the socket pair delivers at once, so anything wrongly written is in the client's buffer within
+# a few turns. That nothing comes is the subject: there is no event to wait for instead.
+NOTHING_WRITTEN_S = 0.05
+
 
 class Pair:
     """A server end (what the queue writes to) and the client end reading it."""
@@ -67,7 +72,7 @@ async def test_responses_leave_in_request_order_as_soon_as_the_earlier_ones_did(
     for name, item in (("A", first), ("B", second), ("C", third)):
         pair.queue.add(item, name, 0.0)
     second.body.set_result(b"second;")  # done before the first: it must wait for it
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(NOTHING_WRITTEN_S)
     assert pair.client._buffer == b""  # type: ignore[attr-defined]  # nothing left yet
     first.body.set_result(b"first;")
     assert await pair.received(len(b"first;second;")) == b"first;second;"
@@ -86,10 +91,10 @@ async def test_wait_below_holds_the_reader_at_the_bound_until_the_head_is_writte
     for index, item in enumerate(items):
         pair.queue.add(item, f"R{index}", 0.0)
     waiting = asyncio.create_task(pair.queue.wait_below(3))
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(NOTHING_WRITTEN_S)
     assert not waiting.done()
     items[1].body.set_result(b"1")  # not the head: still 3 owed
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(NOTHING_WRITTEN_S)
     assert not waiting.done()
     items[0].body.set_result(b"0")
     async with asyncio.timeout(5):
@@ -106,7 +111,7 @@ async def test_cancel_writes_nothing_more(pair: Pair) -> None:
     assert first.body.cancelled()
     assert second.body.cancelled()
     assert len(pair.queue) == 0
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(NOTHING_WRITTEN_S)
     assert pair.timed == []
 
 

@@ -7,7 +7,6 @@ consumer positioned below it gets OFFSET_OUT_OF_RANGE and resets by its policy."
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 
@@ -22,6 +21,7 @@ from riverbed.hot.storage.retention import UNLIMITED, log_start_after_retention
 
 from tests.support.broker import BrokerFactory, BrokerProcess
 from tests.support.cluster import ClusterFactory, partition_state, wait_for
+from tests.support.metrics import WITH_METRICS, scrape
 from tests.tiering.test_tiering_broker import wait_until
 
 NOW_MS = 1_000_000_000
@@ -93,22 +93,20 @@ def log_start(broker: BrokerProcess, topic: str) -> int:
     return int(broker.segment_files(topic, 0)[0].stem)
 
 
-async def settled_log_start(broker: BrokerProcess, topic: str) -> int:
-    """The log start once three retention passes (200 ms apart) in a row left it alone."""
-    deadline = time.monotonic() + 30
-    previous = log_start(broker, topic)
-    while time.monotonic() < deadline:
-        await asyncio.sleep(0.6)
-        current = log_start(broker, topic)
-        if current == previous:
-            return current
-        previous = current
-    raise AssertionError("retention kept moving the log start")
+def retention_passes(broker: BrokerProcess) -> float:
+    return scrape(broker).value("riverbed_retention_passes_total")
+
+
+async def after_a_retention_pass(broker: BrokerProcess) -> None:
+    """Return once a whole retention pass ran after this call, over everything written before
+    it: a pass runs in one go on the broker's event loop, which also serves the scrape."""
+    before = retention_passes(broker)
+    await wait_until(lambda: retention_passes(broker) > before, "a retention pass")
 
 
 @pytest.fixture
 def broker(broker_factory: BrokerFactory) -> BrokerProcess:
-    return broker_factory({"log.retention.check.interval.ms": "200"})
+    return broker_factory({"log.retention.check.interval.ms": "200", **WITH_METRICS})
 
 
 RECORDS = 2_000
@@ -136,11 +134,11 @@ async def test_a_broker_deletes_segments_past_retention_and_readers_below_reset(
     await produce(broker, topic, [now_ms - 2 * HOUR_MS] * old + [now_ms] * (RECORDS - old))
 
     # By time: every segment holding only two-hour-old records goes; the one with the first new
-    # record stays whole.
-    await wait_until(lambda: log_start(broker, topic) > 0, "time retention ran")
-    # A pass that ran while the records were still arriving saw fewer sealed segments: wait
-    # until passes stop moving the start (a CI run read it between two passes).
-    by_time = await settled_log_start(broker, topic)
+    # record stays whole. A pass that ran while the records were still arriving saw fewer
+    # sealed segments (a CI run read the start between two passes): the first pass after the
+    # last record decides, and the passes after it find nothing more to delete.
+    await after_a_retention_pass(broker)
+    by_time = log_start(broker, topic)
     assert 0 < by_time <= old
     tp = TopicPartition(topic, 0)
     async with Admin(bootstrap_servers=broker.bootstrap) as admin:
@@ -176,7 +174,7 @@ async def test_a_broker_deletes_segments_past_retention_and_readers_below_reset(
 async def test_a_compacted_only_topic_is_not_deleted_by_retention(broker: BrokerProcess) -> None:
     topic = await new_topic(broker.bootstrap, 1, {"retention.ms": "1", "cleanup.policy": "compact"})
     await produce(broker, topic, [int(time.time() * 1000) - 2 * HOUR_MS] * 500)
-    await asyncio.sleep(1.0)  # several retention rounds
+    await after_a_retention_pass(broker)  # one that saw every record, all past retention.ms
     assert log_start(broker, topic) == 0
 
 

@@ -110,6 +110,7 @@ def test_xerial_blocks_share_one_budget() -> None:
         decompress(CompressionType.SNAPPY, framed, max_bytes=2399)
 
 
+@pytest.mark.processes
 def test_the_default_limit_bounds_memory_not_just_the_result() -> None:
     """In a child process (peak RSS is per process): a 1 GiB bomb under the default limit.
     Decompressed whole it would take 1 GiB (2 with the copy into bytes)."""

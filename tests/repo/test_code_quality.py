@@ -7,10 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tools.typecheck import PACKAGES
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = ("platform", "spark", "tests", "bench", "tools")
+
+# mypy and ruff run as the commands a developer runs.
+pytestmark = pytest.mark.processes
 
 
 def test_mypy_on_every_package() -> None:

@@ -8,9 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 PROTOCOL = REPO / "platform" / "protocol"
 GENERATED = ("messages.py", "data_messages.py")
+
+# Each test runs tools.codegen in a process of its own (it must not import the installed package).
+pytestmark = pytest.mark.processes
 
 
 def _codegen(*args: str) -> subprocess.CompletedProcess[str]:

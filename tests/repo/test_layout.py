@@ -16,6 +16,8 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -23,6 +25,7 @@ def test_platform_folder_has_no_init() -> None:
     assert not (REPO / "platform" / "__init__.py").exists()
 
 
+@pytest.mark.processes
 def test_import_platform_from_repo_root_is_the_standard_library() -> None:
     out = subprocess.run(
         [sys.executable, "-c", "import platform; platform.system(); print(platform.__file__)"],
@@ -44,6 +47,7 @@ def test_pytest_from_repo_root_sees_the_standard_library_platform() -> None:
     assert platform.system() == "Linux"
 
 
+@pytest.mark.processes
 def test_wheel_contains_every_subpackage(tmp_path: Path) -> None:
     subprocess.run(
         [

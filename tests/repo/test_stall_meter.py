@@ -8,11 +8,14 @@ import signal
 import subprocess
 import time
 
+import pytest
+
 from tests.support.stalls import StallMeter
 
 STOPPED_S = 0.4
 
 
+@pytest.mark.processes
 def test_a_stopped_process_is_measured_as_stalled_for_that_long() -> None:
     with StallMeter() as stalls:
         time.sleep(0.05)

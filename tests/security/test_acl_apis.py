@@ -234,6 +234,7 @@ def test_cli_add_list_remove(broker_factory: BrokerFactory) -> None:
     assert len(json.loads(cli("list", *target, "--json").stdout)) == 4
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -254,6 +255,7 @@ def test_cli_errors_are_one_line(args: tuple[str, ...], message: str) -> None:
     assert message in result.stderr
 
 
+@pytest.mark.processes
 def test_cli_refuses_a_malformed_principal() -> None:
     result = cli("add", "--allow-principal", "alice", "--topic", "t")
     assert result.returncode == 2

@@ -9,7 +9,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from riverbed.coordination.zk import AsyncZooKeeper
+from riverbed.coordination.zk import AsyncZooKeeper, ConnectionState
 from riverbed.security.acl import (
     AclBinding,
     AclBindingFilter,
@@ -46,6 +46,26 @@ async def broker_side(connect: str) -> AsyncIterator[tuple[AsyncZooKeeper, AclCa
             yield zk, cache, AclStore(zk, cache)
         finally:
             await cache.stop()
+
+
+@asynccontextmanager
+async def witness_on(zk: AsyncZooKeeper) -> AsyncIterator[AclStore]:
+    """A started cache on `zk`'s session, to wait through: what it applies has reached every
+    watch of that session, so a cache there that should not follow it is checked after that."""
+    cache = AclCache(zk)
+    await cache.start()
+    try:
+        yield AclStore(zk, cache)
+    finally:
+        await cache.stop()
+
+
+async def followed(witness: AclStore, writer: AclStore, change: AclWrite) -> None:
+    """Return once the witness applied `change` and then one more (written after it): a cache
+    on its session still following would have had `change` long before, with the round trips
+    of that second change to spare (the two caches' refreshes are separate tasks)."""
+    assert await witness.wait_applied([change])
+    assert await witness.wait_applied([await writer.update(PREFIXED_GROUP, adding(DENY))])
 
 
 def adding(*entries: AclEntry) -> Callable[[frozenset[AclEntry]], frozenset[AclEntry]]:
@@ -204,10 +224,11 @@ async def test_a_session_expiry_reloads_everything(zk_chroot: str) -> None:
     ):
         for handle in cache_1._handles:  # test-only: as if the notification never reached us
             handle.cancel()
-        written = await store_2.update(TOPIC, adding(READ))
-        assert written.notification is not None
+        async with witness_on(zk_1) as witness:
+            written = await store_2.update(TOPIC, adding(READ))
+            assert written.notification is not None
+            await followed(witness, store_2, written)
         await zk_2.delete(written.notification)
-        await asyncio.sleep(0.2)
         assert cache_1.snapshot.entries(TOPIC) == frozenset()
         await expire_session(zk_1)
         await eventually(lambda: cache_1.snapshot.entries(TOPIC) == {READ})
@@ -232,8 +253,8 @@ async def test_a_stopped_cache_follows_nothing(zk_chroot: str) -> None:
         cache = AclCache(zk)
         await cache.start()
         await cache.stop()
-        await store.update(TOPIC, adding(READ))
-        await asyncio.sleep(0.3)
+        async with witness_on(zk) as witness:
+            await followed(witness, store, await store.update(TOPIC, adding(READ)))
         assert cache.snapshot.entries(TOPIC) == frozenset()
 
 
@@ -250,10 +271,10 @@ async def test_a_malformed_change_keeps_what_was_known(zk_chroot: str) -> None:
 
 async def test_decisions_go_on_while_zookeeper_is_down(own_zookeeper: DedicatedZooKeeper) -> None:
     connect = f"{own_zookeeper.server.connect_string}/acl-outage"
-    async with broker_side(connect) as (_, cache, store):
+    async with broker_side(connect) as (zk, cache, store):
         assert await store.wait_applied([await store.update(TOPIC, adding(READ))])
         await own_zookeeper.stop()
-        await asyncio.sleep(1.0)
+        await eventually(lambda: zk.state is ConnectionState.SUSPENDED)  # the outage is seen
         assert cache.snapshot.entries(TOPIC) == {READ}
         await own_zookeeper.start()
         async with AsyncZooKeeper(connect) as zk_2:

@@ -225,6 +225,7 @@ async def test_errors_are_one_line_and_write_nothing(
     assert await zk_dump(zk_connect) == {}
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("chroot", ["", "/riverbed"])
 async def test_unreachable_zookeeper_is_one_line(chroot: str) -> None:
     nobody = f"127.0.0.1:{free_port()}{chroot}"

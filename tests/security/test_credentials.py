@@ -14,7 +14,7 @@ import scramp
 from riverbed.coordination import layout
 from riverbed.coordination.embedded_zk import EmbeddedZooKeeper
 from riverbed.coordination.layout import MalformedZnodeError
-from riverbed.coordination.zk import AsyncZooKeeper, ZkConnectionError
+from riverbed.coordination.zk import AsyncZooKeeper, ConnectionState, ZkConnectionError
 from riverbed.security.credentials import (
     CredentialCache,
     CredentialWatcher,
@@ -231,10 +231,20 @@ async def test_stop_cancels_every_watch_and_task(zk: AsyncZooKeeper) -> None:
     await watcher.stop()
     assert watcher.active_watches == 0
     assert watcher.running_tasks == 0
-    # Nothing follows ZooKeeper any more: the cache keeps what it had.
-    await set_scram_credential(zk, "u4", SHA256, new_credential(SHA256, "pw"))
-    await delete_scram_credentials(zk, "u1")
-    await asyncio.sleep(0.5)
+    # Nothing follows ZooKeeper any more: the cache keeps what it had. Checked once a watcher on
+    # the same session followed the changes and one more: ZooKeeper's events reach the session's
+    # watches in order, so a watch left running had them by then.
+    followed = CredentialCache()
+    witness = CredentialWatcher(zk, followed)
+    await witness.start()
+    try:
+        await set_scram_credential(zk, "u4", SHA256, new_credential(SHA256, "pw"))
+        await delete_scram_credentials(zk, "u1")
+        await eventually(lambda: followed.users() == {"u2", "u3", "u4"})
+        await set_scram_credential(zk, "u5", SHA256, new_credential(SHA256, "pw"))
+        await eventually(lambda: "u5" in followed.users())
+    finally:
+        await witness.stop()
     assert cache.users() == {"u1", "u2", "u3"}
     await watcher.stop()  # idempotent
     with pytest.raises(RuntimeError):
@@ -259,7 +269,7 @@ async def test_authentication_keeps_working_while_zookeeper_is_down(
         await watcher.start()
         try:
             await asyncio.to_thread(own_server.stop)
-            await asyncio.sleep(0.5)
+            await eventually(lambda: zk.state is ConnectionState.SUSPENDED)  # the outage is seen
             started = time.monotonic()
             assert logs_in(cache, "alice", "before", SHA512)
             assert time.monotonic() - started < 1.0  # no waiting on ZooKeeper

@@ -48,7 +48,7 @@ OUTAGE_SETTINGS = {
 SLACK_S = 1.5
 
 
-@pytest.fixture(params=["file", "s3"])
+@pytest.fixture(params=["file", pytest.param("s3", marks=pytest.mark.processes)])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ObjectStore]:
     if request.param == "file":
         opened = open_store((tmp_path / "store").as_uri(), {}, environ={})

@@ -41,14 +41,16 @@ async def test_after_a_restart_the_log_start_is_the_remote_one_even_before_the_m
     tp = TopicPartition(topic, 0)
     async with Admin(bootstrap_servers=broker.bootstrap, request_timeout_ms=60_000) as admin:
         asking = asyncio.create_task(admin.list_offsets({tp: "earliest"}))
-        await asyncio.sleep(1.0)
         # Not the local log start (a guess that skips every tiered record): a retriable
-        # KAFKA_STORAGE_ERROR, which the Admin retries.
+        # KAFKA_STORAGE_ERROR, which the broker logs and the Admin retries.
+        await wait_until(
+            lambda: "remote tier unavailable" in broker.log_path.read_text(),
+            "the broker refusing the ListOffsets",
+        )
         assert not asking.done()
         store.unlink()
         hidden.rename(store)
         assert (await asking)[tp].offset == 0
-    assert "remote tier unavailable" in broker.log_path.read_text()
     assert await read_all_from_zero(broker, topic) == EXPECTED
     # A consumer that starts below the local log without asking for the log start.
     consumer = confluent_kafka.Consumer(
