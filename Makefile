@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMPS := .stamps
 SOURCES := $(shell find platform spark -type f \( -name '*.py' -o -name '*.pyx' -o -name '*.pyi' -o -name '*.spec' -o -name 'py.typed' -o -name '*.java' \) 2>/dev/null) pyproject.toml setup.py
 
-.PHONY: run test test-fast lint typecheck bench fuzz clean setup setup-test
+.PHONY: run test test-fast lint typecheck layers codegen bench fuzz clean setup setup-test
 
 run: setup
 	$(VENV)/bin/riverbed cluster up --brokers 3 --data-dir ./.riverbed --demo-topic demo
@@ -40,6 +40,16 @@ lint: setup-test
 
 typecheck: setup-test
 	$(PY) -m tools.typecheck
+
+# The import contract between layers (tools/layers.py, docs/architecture.md); `make test` checks
+# it too (tests/repo/test_layers.py).
+layers: setup-test
+	$(PY) -m tools.layers
+
+# Regenerate platform/protocol/messages.py and data_messages.py from the spec files, in the
+# source tree (tools/codegen.py); `make test` fails while they are stale.
+codegen: setup-test
+	$(PY) -m tools.codegen
 
 bench: setup-test
 	$(PY) -m bench.run $(BENCH_ARGS)
