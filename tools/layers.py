@@ -131,23 +131,26 @@ def layer_of(module: str, allowed: Mapping[str, frozenset[str]] = ALLOWED) -> st
 
 def check(repo: Path = REPO, allowed: Mapping[str, frozenset[str]] = ALLOWED) -> list[Problem]:
     """Every problem with the layers of the tree at `repo`; empty when all holds."""
-    problems = [Problem("tools/layers.py", 0, cycle) for cycle in _cycles(allowed)]
+    problems = [Problem("tools/layers.py", 0, text) for text in _table_problems(allowed)]
     modules = dict(_modules(repo))
     for module, path in sorted(modules.items()):
-        source = layer_of(module, allowed)
         relative = str(path.relative_to(repo))
         for line, imported, problem in _imports(path, module, modules):
-            if problem is None and source is None:
-                problem = f"{module} belongs to no layer of ALLOWED"
-            if problem is None:
-                target = layer_of(imported, allowed)
-                if target is None:
-                    problem = f"{imported} belongs to no layer of ALLOWED"
-                elif target != source and source is not None and target not in allowed[source]:
-                    problem = f"{source} may not import {target} ({imported})"
+            problem = problem or _layer_problem(module, imported, allowed)
             if problem is not None:
                 problems.append(Problem(relative, line, problem))
     return problems
+
+
+def _layer_problem(module: str, imported: str, allowed: Mapping[str, frozenset[str]]) -> str | None:
+    source, target = layer_of(module, allowed), layer_of(imported, allowed)
+    if source is None:
+        return f"{module} belongs to no layer of ALLOWED"
+    if target is None:
+        return f"{imported} belongs to no layer of ALLOWED"
+    if target != source and target not in allowed[source]:
+        return f"{source} may not import {target} ({imported})"
+    return None
 
 
 def diagram(allowed: Mapping[str, frozenset[str]] = ALLOWED) -> str:
@@ -253,24 +256,25 @@ def _shipped(module: str) -> bool:
     return module.split(".")[0] in SOURCE_ROOTS
 
 
-def _cycles(allowed: Mapping[str, frozenset[str]]) -> list[str]:
-    """A description of each layer that can reach itself through allowed imports."""
-    cycles = []
+def _table_problems(allowed: Mapping[str, frozenset[str]]) -> list[str]:
+    """Each layer that can reach itself through allowed imports, and each name that is no
+    layer."""
+    problems = []
     for start in allowed:
         seen: set[str] = set()
         stack = list(allowed[start])
         while stack:
             layer = stack.pop()
             if layer == start:
-                cycles.append(f"ALLOWED lets {start} import itself through other layers")
+                problems.append(f"ALLOWED lets {start} import itself through other layers")
                 break
             if layer in seen or layer not in allowed:
                 continue
             seen.add(layer)
             stack.extend(allowed[layer])
     unknown = {t for targets in allowed.values() for t in targets} - set(allowed)
-    cycles += [f"ALLOWED names {name}, which is no layer" for name in sorted(unknown)]
-    return cycles
+    problems += [f"ALLOWED names {name}, which is no layer" for name in sorted(unknown)]
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:
