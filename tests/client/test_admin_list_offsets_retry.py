@@ -10,44 +10,19 @@ from collections.abc import AsyncIterator
 import pytest
 from riverbed import Admin, Producer, TopicPartition
 from riverbed.protocol import messages as m
-from riverbed.protocol.connection import RequestHeader
-from riverbed.protocol.errors import ErrorCode
 
 from tests.support.broker import BrokerFactory
-from tests.support.proxy import RecordingProxy
+from tests.support.proxy import OffsetNotAvailable, RecordingProxy, proxied_broker
 
 TOPIC = "offsets"
 RECORDS = 7
 NOT_AVAILABLE_ANSWERS = 2
 
 
-class NotAvailableYet:
-    """Answers the first NOT_AVAILABLE_ANSWERS ListOffsets with OFFSET_NOT_AVAILABLE."""
-
-    def __init__(self) -> None:
-        self.rewritten = 0
-
-    def __call__(self, header: RequestHeader, body: m.ResponseBody) -> m.ResponseBody:
-        if not isinstance(body, m.ListOffsetsResponse) or self.rewritten >= NOT_AVAILABLE_ANSWERS:
-            return body
-        self.rewritten += 1
-        for topic in body.topics:
-            for partition in topic.partitions:
-                partition.error_code = ErrorCode.OFFSET_NOT_AVAILABLE
-                partition.offset = -1
-        return body
-
-
 @pytest.fixture
 async def proxy(broker_factory: BrokerFactory) -> AsyncIterator[RecordingProxy]:
-    rewriting = RecordingProxy(rewrite=NotAvailableYet())
-    await rewriting.start()
-    broker = broker_factory({"advertised.listeners": f"PLAINTEXT://127.0.0.1:{rewriting.port}"})
-    rewriting.target_port = broker.port
-    try:
-        yield rewriting
-    finally:
-        await rewriting.close()
+    async with proxied_broker(broker_factory, OffsetNotAvailable(NOT_AVAILABLE_ANSWERS)) as proxy:
+        yield proxy
 
 
 async def test_list_offsets_retries_offset_not_available(proxy: RecordingProxy) -> None:
@@ -60,7 +35,7 @@ async def test_list_offsets_retries_offset_not_available(proxy: RecordingProxy) 
         answers = await admin.list_offsets({tp: "latest"})
     assert answers[tp].offset == RECORDS
     rewrite = proxy.rewrite
-    assert isinstance(rewrite, NotAvailableYet)
+    assert isinstance(rewrite, OffsetNotAvailable)
     assert rewrite.rewritten == NOT_AVAILABLE_ANSWERS
     list_offsets_key = m.ListOffsetsRequest.API_KEY
     assert proxy.api_keys().count(list_offsets_key) == NOT_AVAILABLE_ANSWERS + 1

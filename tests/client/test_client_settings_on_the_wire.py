@@ -12,8 +12,8 @@ from riverbed import Admin, Producer
 from riverbed.common.backoff import BACKOFF_JITTER
 from riverbed.errors import UnknownTopicOrPartitionError
 
-from tests.support.broker import BrokerFactory, BrokerProcess
-from tests.support.proxy import RecordingProxy
+from tests.support.broker import BrokerFactory
+from tests.support.proxy import RecordingProxy, proxied_broker
 from tests.support.waiting import WAIT_S
 
 METADATA = 3
@@ -24,19 +24,9 @@ CLOCK_SLACK_S = 0.005
 @pytest.fixture
 async def proxied(broker_factory: BrokerFactory) -> AsyncIterator[tuple[RecordingProxy, str]]:
     """A broker that advertises the proxy's address, so every client request goes through it."""
-    proxy = RecordingProxy()
-    await proxy.start()
-    broker: BrokerProcess = broker_factory(
-        {
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}",
-            "auto.create.topics.enable": "false",
-        }
-    )
-    proxy.target_port = broker.port
-    try:
+    settings = {"auto.create.topics.enable": "false"}
+    async with proxied_broker(broker_factory, settings=settings) as proxy:
         yield proxy, f"127.0.0.1:{proxy.port}"
-    finally:
-        await proxy.close()
 
 
 async def test_client_id_is_sent_with_every_request(

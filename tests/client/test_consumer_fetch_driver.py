@@ -30,7 +30,7 @@ from riverbed.protocol.errors import ErrorCode
 
 from tests.client.consumer_events import RecordedEvents
 from tests.support.broker import BrokerFactory, BrokerProcess
-from tests.support.proxy import RecordingProxy
+from tests.support.proxy import RecordingProxy, proxied_broker
 from tests.support.waiting import WAIT_S, eventually
 
 FETCH_KEY = 1
@@ -185,14 +185,8 @@ class RefuseFetches:
 
 @pytest.fixture
 async def refusing_proxy(broker_factory: BrokerFactory) -> AsyncIterator[RecordingProxy]:
-    proxy = RecordingProxy(rewrite=RefuseFetches(REFUSED_FETCHES))
-    await proxy.start()
-    broker = broker_factory({"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}"})
-    proxy.target_port = broker.port
-    try:
+    async with proxied_broker(broker_factory, RefuseFetches(REFUSED_FETCHES)) as proxy:
         yield proxy
-    finally:
-        await proxy.close()
 
 
 async def test_a_refused_fetch_refreshes_metadata_and_backs_the_broker_off(

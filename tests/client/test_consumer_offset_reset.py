@@ -18,13 +18,10 @@ from riverbed.client.pool import BrokerPool
 from riverbed.client.positions import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, FetchState, Positions
 from riverbed.client.settings import ConsumerSettings
 from riverbed.errors import KafkaTimeoutError, OffsetOutOfRangeError
-from riverbed.protocol import messages as m
-from riverbed.protocol.connection import RequestHeader
-from riverbed.protocol.errors import ErrorCode
 
 from tests.client.consumer_events import RecordedEvents
 from tests.support.broker import BrokerFactory, BrokerProcess
-from tests.support.proxy import RecordingProxy
+from tests.support.proxy import OffsetNotAvailable, RecordingProxy, proxied_broker
 from tests.support.waiting import eventually
 
 TP0 = TopicPartition("t", 0)
@@ -215,34 +212,10 @@ async def test_find_position_and_reset_positions_look_up_in_the_foreground(
         assert state_of(positions, tp) == (FetchState.FETCHING, 4)
 
 
-class NotAvailableYet:
-    """Answers the first `answers` ListOffsets with OFFSET_NOT_AVAILABLE (a new leader whose
-    high watermark has not reached its epoch's start yet, KIP-207: brief and hard to hold)."""
-
-    def __init__(self, answers: int) -> None:
-        self.left = answers
-
-    def __call__(self, header: RequestHeader, body: m.ResponseBody) -> m.ResponseBody:
-        if not isinstance(body, m.ListOffsetsResponse) or not self.left:
-            return body
-        self.left -= 1
-        for topic in body.topics:
-            for partition in topic.partitions:
-                partition.error_code = ErrorCode.OFFSET_NOT_AVAILABLE
-                partition.offset = -1
-        return body
-
-
 @pytest.fixture
 async def not_available_twice(broker_factory: BrokerFactory) -> AsyncIterator[RecordingProxy]:
-    proxy = RecordingProxy(rewrite=NotAvailableYet(2))
-    await proxy.start()
-    broker = broker_factory({"advertised.listeners": f"PLAINTEXT://127.0.0.1:{proxy.port}"})
-    proxy.target_port = broker.port
-    try:
+    async with proxied_broker(broker_factory, OffsetNotAvailable(2)) as proxy:
         yield proxy
-    finally:
-        await proxy.close()
 
 
 async def test_list_offsets_retries_offset_not_available(

@@ -14,9 +14,11 @@ import asyncio
 import contextlib
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+from riverbed.protocol import messages as m
 from riverbed.protocol.codec import (
     decode_response_body,
     decode_response_header,
@@ -28,9 +30,10 @@ from riverbed.protocol.connection import (
     ServerConnection,
     encode_response,
 )
+from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.messages import ResponseBody
 
-from tests.support.broker import HOST
+from tests.support.broker import HOST, BrokerFactory
 from tests.support.ports import free_port
 
 CHUNK_BYTES = 64 * 1024
@@ -124,3 +127,43 @@ class RecordingProxy:
                     assert isinstance(chunk, bytes | bytearray | memoryview)
                     writer.write(chunk)
                 await writer.drain()
+
+
+@asynccontextmanager
+async def proxied_broker(
+    broker_factory: BrokerFactory,
+    rewrite: Rewrite | None = None,
+    settings: Mapping[str, str] | None = None,
+) -> AsyncIterator[RecordingProxy]:
+    """A broker (with `settings`) advertising a proxy in front of it: clients bootstrapped at
+    `proxy.port` talk to the broker only through it."""
+    proxy = RecordingProxy(rewrite=rewrite)
+    await proxy.start()
+    advertised = {"advertised.listeners": f"PLAINTEXT://{HOST}:{proxy.port}"}
+    broker = broker_factory({**(settings or {}), **advertised})
+    proxy.target_port = broker.port
+    try:
+        yield proxy
+    finally:
+        await proxy.close()
+
+
+class OffsetNotAvailable:
+    """A rewrite: the first `answers` ListOffsets answers become OFFSET_NOT_AVAILABLE, what a
+    new leader answers while its high watermark has not reached its epoch's start (KIP-207:
+    brief and hard to hold)."""
+
+    def __init__(self, answers: int) -> None:
+        self.left = answers
+        self.rewritten = 0
+
+    def __call__(self, header: RequestHeader, body: ResponseBody) -> ResponseBody:
+        if not isinstance(body, m.ListOffsetsResponse) or not self.left:
+            return body
+        self.left -= 1
+        self.rewritten += 1
+        for topic in body.topics:
+            for partition in topic.partitions:
+                partition.error_code = ErrorCode.OFFSET_NOT_AVAILABLE
+                partition.offset = -1
+        return body
