@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 from confluent_kafka import KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -22,12 +23,18 @@ def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     new_topic = NewTopic(topic, num_partitions=partitions, replication_factor=1)
     futures = admin.create_topics([new_topic])
     futures[topic].result(timeout=TOPIC_READY_TIMEOUT_S)
+    wait_for_leaders(admin, topic, range(partitions))
+
+
+def wait_for_leaders(admin: AdminClient, topic: str, partitions: Iterable[int]) -> None:
+    """Return once each of the topic's `partitions` (their indexes) has a leader."""
+    wanted = set(partitions)
     deadline = time.monotonic() + TOPIC_READY_TIMEOUT_S
     while time.monotonic() < deadline:
         metadata = admin.list_topics(topic, timeout=TOPIC_READY_TIMEOUT_S).topics.get(topic)
         if metadata is not None and metadata.error is None:
-            led = [p for p in metadata.partitions.values() if p.error is None and p.leader >= 0]
-            if len(led) == partitions:
+            led = {i for i, p in metadata.partitions.items() if p.error is None and p.leader >= 0}
+            if led >= wanted:
                 return
         time.sleep(TOPIC_READY_POLL_S)
     raise ProcessFailed(f"{topic} has no leader after {TOPIC_READY_TIMEOUT_S} s")
@@ -40,8 +47,13 @@ def end_offset(bootstrap: str, topic: str, partition: int) -> int:
     looks up its coordinator, which creates __consumer_offsets (50 partitions, replicated on a
     3-broker cluster). Every replica fetch then carries those partitions too, and the runs after
     the first check would be measured on a different cluster than the first.
+
+    A broker accepts connections before it leads its partitions again (after an unclean start
+    the controller elects it anew), and librdkafka fails a ListOffsets for a partition without
+    a leader at once: so the leader is waited for first.
     """
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    wait_for_leaders(admin, topic, [partition])
     wanted = TopicPartition(topic, partition)
     futures = admin.list_offsets(
         # confluent-kafka leaves OffsetSpec.latest unannotated.
