@@ -1,13 +1,16 @@
 """Typed broker and topic configuration, with Kafka's names, defaults and validation.
 
 Topic configs are stored and sent on the wire as strings; this module is the one place they are
-parsed. Every topic config has a broker-level synonym (as in Kafka: `segment.bytes` defaults to
+parsed. Most topic configs have a broker-level synonym (as in Kafka: `segment.bytes` defaults to
 the broker's `log.segment.bytes`), so a topic's effective value comes from, in order: the topic's
 override, the broker's config if set explicitly, the built-in default. `effective_topic_config`
 reports which of the three each value came from, for DescribeConfigs.
 
-Only known keys are accepted: a typo in a topic config is an INVALID_CONFIG error, not a
-silently ignored setting.
+Every topic config Kafka documents is accepted, validated by Kafka's rules, stored and described,
+because Kafka's tooling (Connect, operators, Terraform providers) sets them freely. Those
+Riverbed does not act on say why in `ConfigDef.without_effect` (docs/status.md lists them), and
+only the others reach the log layer (`TopicConfig`). Unknown keys are refused: a typo in a topic
+config is an INVALID_CONFIG error, not a silently ignored setting.
 """
 
 from __future__ import annotations
@@ -103,11 +106,29 @@ def one_of(*choices: str) -> Validator:
     return Validator(lambda v: v in choices, ", ".join(choices))
 
 
-def each_one_of(*choices: str) -> Validator:
+def subset_of(*choices: str) -> Validator:
+    """A list whose items are all `choices`; empty is valid (Kafka's ValidList accepts it)."""
     return Validator(
-        lambda v: isinstance(v, tuple) and bool(v) and all(item in choices for item in v),
-        f"a non-empty comma-separated list of {', '.join(choices)}",
+        lambda v: isinstance(v, tuple) and all(item in choices for item in v),
+        f"a comma-separated list of {', '.join(choices)} (or empty)",
     )
+
+
+def level(low: int, high: int, *also: int) -> Validator:
+    """A compression level: an integer in [low, high], or one of `also` (a codec's 'default')."""
+    extra = "".join(f" or {value}" for value in also)
+    return Validator(
+        lambda v: isinstance(v, int) and (low <= v <= high or v in also),
+        f"integers in [{low}, {high}]{extra}",
+    )
+
+
+# Kafka's message.format.version values: an ApiVersion such as 0.10.2, 2.8 or 3.0-IV1.
+_API_VERSION = re.compile(r"\d+\.\d+(\.\d+){0,2}(-IV\d+)?")
+API_VERSION: Final = Validator(
+    lambda v: isinstance(v, str) and _API_VERSION.fullmatch(v) is not None,
+    "a Kafka version such as 2.8 or 3.0-IV1",
+)
 
 
 _THROTTLED_REPLICA = re.compile(r"\d+:\d+")
@@ -187,6 +208,9 @@ class ConfigDef:
     validator: Validator | None = None
     broker_synonym: str | None = None  # topic configs: the broker config providing the default
     sensitive: bool = False
+    # Topic configs Kafka documents that Riverbed accepts, validates, stores and describes but
+    # does not act on: why not (docs/status.md lists them). Kafka's tooling sets them freely.
+    without_effect: str | None = None
 
     @property
     def attribute(self) -> str:
@@ -256,6 +280,17 @@ _MS_1_DAY: Final = 24 * 60 * 60 * 1000
 _COMPRESSION_TYPES: Final = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer", "none")
 
 _T = ConfigType
+# Why the topic configs Riverbed accepts without acting on them have no effect (several share one).
+_NO_RECOMPRESSION: Final = (
+    "the broker stores batches as the producer compressed them: it does "
+    "not touch records on the produce path"
+)
+_MAGIC_V2_ONLY: Final = "the broker stores and serves record batches of magic v2 only"
+_TIMESTAMPS_UNCHECKED: Final = (
+    "record timestamps are not checked against the broker's clock "
+    "(the broker reads batch headers, not records)"
+)
+_KIP_950: Final = "disabling tiered storage on a topic (KIP-950) is not built"
 # Object store settings for an s3:// remote.storage.url (see riverbed.tiering.stores).
 REMOTE_STORAGE_S3 = "remote.storage.s3."
 # The follower replication throttle's two configs, named apart because the replica fetcher reads
@@ -264,11 +299,21 @@ FOLLOWER_RATE_CONFIG: Final = "follower.replication.throttled.rate"
 FOLLOWER_REPLICAS_CONFIG: Final = "follower.replication.throttled.replicas"
 TOPIC_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
     ConfigDef("cleanup.policy", _T.LIST, ("delete",), "delete old segments, compact, or both",
-              each_one_of("compact", "delete"), "log.cleanup.policy"),
+              subset_of("compact", "delete"), "log.cleanup.policy"),
+    ConfigDef("compression.gzip.level", _T.INT, -1, "gzip level when the broker recompresses",
+              level(1, 9, -1), without_effect=_NO_RECOMPRESSION),
+    ConfigDef("compression.lz4.level", _T.INT, 9, "lz4 level when the broker recompresses",
+              level(1, 17), without_effect=_NO_RECOMPRESSION),
     ConfigDef("compression.type", _T.STRING, "producer", "codec of stored batches; producer keeps "
-              "the producer's", one_of(*_COMPRESSION_TYPES), "compression.type"),
+              "the producer's", one_of(*_COMPRESSION_TYPES), "compression.type",
+              without_effect=_NO_RECOMPRESSION),
+    ConfigDef("compression.zstd.level", _T.INT, 3, "zstd level when the broker recompresses",
+              level(-131072, 22), without_effect=_NO_RECOMPRESSION),
     ConfigDef("delete.retention.ms", _T.LONG, _MS_1_DAY, "how long compaction keeps tombstones",
               at_least(0), "log.cleaner.delete.retention.ms"),
+    ConfigDef("file.delete.delay.ms", _T.LONG, 60000, "how long a deleted segment's files are "
+              "kept before removal", at_least(0), without_effect="a deleted segment's files are "
+              "renamed *.deleted and unlinked at once, on a background thread"),
     ConfigDef("flush.messages", _T.LONG, LONG_MAX, "fsync after this many messages",
               at_least(1), "log.flush.interval.messages"),
     ConfigDef("flush.ms", _T.LONG, LONG_MAX, "fsync after this long", at_least(0),
@@ -279,8 +324,9 @@ TOPIC_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
               "follower broker, or *) whose copying is capped by follower.replication."
               "throttled.rate", THROTTLED_REPLICAS),
     ConfigDef("leader.replication.throttled.replicas", _T.LIST, (), "replicas (partition:"
-              "broker, or *) that Kafka's leader-side throttle would cap; accepted for tools "
-              "that set it, not enforced (Riverbed throttles on the follower)", THROTTLED_REPLICAS),
+              "broker, or *) that Kafka's leader-side throttle would cap", THROTTLED_REPLICAS,
+              without_effect="Riverbed throttles replication on the follower only "
+              "(follower.replication.throttled.replicas)"),
     ConfigDef("local.retention.bytes", _T.LONG, LOCAL_RETENTION_FROM_RETENTION, "bytes kept on "
               "local disk when tiered (-2: retention.bytes)", at_least(-2),
               "log.local.retention.bytes"),
@@ -290,6 +336,18 @@ TOPIC_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
               at_least(1), "log.cleaner.max.compaction.lag.ms"),
     ConfigDef("max.message.bytes", _T.INT, 1048588, "largest record batch accepted",
               at_least(0), "message.max.bytes"),
+    ConfigDef("message.downconversion.enable", _T.BOOLEAN, True, "down-convert batches for "
+              "consumers of old message formats (Kafka 3.x; removed in 4.0)",
+              without_effect=_MAGIC_V2_ONLY),
+    ConfigDef("message.format.version", _T.STRING, "3.0-IV1", "message format of appended "
+              "batches (Kafka 3.x; removed in 4.0)", API_VERSION, without_effect=_MAGIC_V2_ONLY),
+    ConfigDef("message.timestamp.after.max.ms", _T.LONG, LONG_MAX, "how far in the future a "
+              "CreateTime timestamp may be", at_least(0), without_effect=_TIMESTAMPS_UNCHECKED),
+    ConfigDef("message.timestamp.before.max.ms", _T.LONG, LONG_MAX, "how far in the past a "
+              "CreateTime timestamp may be", at_least(0), without_effect=_TIMESTAMPS_UNCHECKED),
+    ConfigDef("message.timestamp.difference.max.ms", _T.LONG, LONG_MAX, "how far from the "
+              "broker's clock a CreateTime timestamp may be (Kafka 3.x; removed in 4.0)",
+              at_least(0), without_effect=_TIMESTAMPS_UNCHECKED),
     ConfigDef("message.timestamp.type", _T.STRING, "CreateTime", "which timestamp batches carry",
               one_of("CreateTime", "LogAppendTime"), "log.message.timestamp.type"),
     ConfigDef("min.cleanable.dirty.ratio", _T.DOUBLE, 0.5, "dirty share that triggers compaction",
@@ -298,6 +356,12 @@ TOPIC_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
               at_least(0), "log.cleaner.min.compaction.lag.ms"),
     ConfigDef("min.insync.replicas", _T.INT, 1, "in-sync replicas needed for acks=all",
               at_least(1), "min.insync.replicas"),
+    ConfigDef("preallocate", _T.BOOLEAN, False, "allocate a new segment file's full size at "
+              "once", without_effect="segment files grow as they are written"),
+    ConfigDef("remote.log.copy.disable", _T.BOOLEAN, False, "stop uploading a tiered topic's "
+              "segments, keeping what is uploaded", without_effect=_KIP_950),
+    ConfigDef("remote.log.delete.on.disable", _T.BOOLEAN, False, "delete the cold tier when "
+              "remote.storage.enable is turned off", without_effect=_KIP_950),
     ConfigDef("remote.storage.enable", _T.BOOLEAN, False, "tier closed segments to object "
               "storage (no broker-level default)"),
     ConfigDef("retention.bytes", _T.LONG, -1, "partition size before old segments are deleted "
@@ -306,6 +370,11 @@ TOPIC_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
               "forever)", at_least(-1), "log.retention.ms"),
     ConfigDef("segment.bytes", _T.INT, 1073741824, "segment file size before rolling",
               at_least(SEGMENT_BYTES_MIN), "log.segment.bytes"),
+    ConfigDef("segment.index.bytes", _T.INT, 10485760, "largest offset or time index of a "
+              "segment", at_least(4), without_effect="a segment's indexes grow with it; only "
+              "segment.bytes and segment.ms roll it"),
+    ConfigDef("segment.jitter.ms", _T.LONG, 0, "random time taken off segment.ms per segment",
+              at_least(0), without_effect="segments roll at segment.ms exactly"),
     ConfigDef("segment.ms", _T.LONG, _MS_7_DAYS, "segment age before rolling", at_least(1),
               "log.roll.ms"),
     ConfigDef("unclean.leader.election.enable", _T.BOOLEAN, False, "allow an out-of-sync replica "
@@ -474,6 +543,8 @@ BROKER_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
     ),
 )
 TOPIC_CONFIGS: Final = {d.name: d for d in TOPIC_CONFIG_DEFS}
+# The topic configs the log layer reads (TopicConfig's fields).
+ACTED_ON_TOPIC_CONFIG_DEFS: Final = tuple(d for d in TOPIC_CONFIG_DEFS if d.without_effect is None)
 BROKER_CONFIGS: Final = {d.name: d for d in BROKER_CONFIG_DEFS}
 
 
@@ -551,13 +622,11 @@ class TopicConfig:
     """A topic's effective configuration, typed; attribute = Kafka name with '.' -> '_'."""
 
     cleanup_policy: tuple[str, ...]
-    compression_type: str
     delete_retention_ms: int
     flush_messages: int
     flush_ms: int
     follower_replication_throttled_replicas: tuple[str, ...]
     index_interval_bytes: int
-    leader_replication_throttled_replicas: tuple[str, ...]
     local_retention_bytes: int
     local_retention_ms: int
     max_compaction_lag_ms: int
@@ -930,16 +999,17 @@ def _config_value(
 
 
 def topic_config(broker: BrokerConfig, overrides: Mapping[str, str]) -> TopicConfig:
-    """A topic's effective configuration, typed, for the log layer."""
+    """A topic's effective configuration, typed, for the log layer: the configs Riverbed acts on
+    (an override of one it does not act on is stored and described, nothing more)."""
     values: dict[str, ConfigPrimitive] = {}
-    for definition in TOPIC_CONFIG_DEFS:
+    for definition in ACTED_ON_TOPIC_CONFIG_DEFS:
         if definition.name in overrides:
             values[definition.name] = definition.parse(overrides[definition.name])
         elif definition.broker_synonym is not None:
             values[definition.name] = broker.value(definition.broker_synonym)
         else:
             values[definition.name] = definition.default
-    return _build(TopicConfig, TOPIC_CONFIG_DEFS, values)
+    return _build(TopicConfig, ACTED_ON_TOPIC_CONFIG_DEFS, values)
 
 
 def _check_fields(cls: type, defs: Iterable[ConfigDef], extra: frozenset[str]) -> None:
@@ -952,5 +1022,5 @@ def _check_fields(cls: type, defs: Iterable[ConfigDef], extra: frozenset[str]) -
                            f"{sorted(fields ^ attributes)}")  # fmt: skip
 
 
-_check_fields(TopicConfig, TOPIC_CONFIG_DEFS, frozenset())
+_check_fields(TopicConfig, ACTED_ON_TOPIC_CONFIG_DEFS, frozenset())
 _check_fields(BrokerConfig, BROKER_CONFIG_DEFS, frozenset({"explicit", "remote_storage_s3"}))

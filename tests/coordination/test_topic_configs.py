@@ -1,9 +1,12 @@
 """riverbed.configs: topic/broker config parsing, validation and effective values."""
 
+import re
 from pathlib import Path
 
 import pytest
 from riverbed.configs import (
+    TOPIC_CONFIG_DEFS,
+    TOPIC_CONFIGS,
     BrokerConfig,
     ConfigError,
     ConfigSource,
@@ -14,6 +17,8 @@ from riverbed.configs import (
     validate_topic_configs,
 )
 from riverbed.protocol.errors import ErrorCode, KafkaError
+
+from tests.support.kafka_topic_configs import KAFKA_TOPIC_CONFIGS
 
 BROKER = {"zookeeper.connect": "127.0.0.1:2181"}
 
@@ -29,6 +34,8 @@ def test_valid_overrides_are_canonicalised() -> None:
     [
         ({"retention.msec": "1"}, "retention.msec", "unknown topic config 'retention.msec'"),
         ({"cleanup.policy": "shred"}, "cleanup.policy", "compact, delete"),
+        ({"segment.jitter.ms": "-1"}, "segment.jitter.ms", ">= 0"),
+        ({"compression.gzip.level": "0"}, "compression.gzip.level", "[1, 9] or -1"),
         ({"compression.type": "brotli"}, "compression.type", "zstd"),
         ({"message.timestamp.type": "Now"}, "message.timestamp.type", "LogAppendTime"),
         ({"segment.bytes": "13"}, "segment.bytes", ">= 14"),
@@ -101,3 +108,42 @@ def test_broker_config_defaults_and_errors(tmp_path: Path) -> None:
     loaded = BrokerConfig.load_properties(properties)
     assert (loaded.broker_id, loaded.zookeeper_connect) == (7, "127.0.0.1:2181/rb")
     assert loaded.advertised_host_port == ("127.0.0.1", 19092)
+
+
+def test_every_topic_config_kafka_documents_is_known_and_no_other() -> None:
+    assert sorted(TOPIC_CONFIGS) == sorted(KAFKA_TOPIC_CONFIGS)
+
+
+@pytest.mark.parametrize("name", sorted(KAFKA_TOPIC_CONFIGS))
+def test_each_kafka_topic_config_is_validated_stored_and_described(name: str) -> None:
+    valid, invalid = KAFKA_TOPIC_CONFIGS[name]
+    stored = validate_topic_configs({name: valid})
+    assert list(stored) == [name]
+    described = effective_topic_config(BrokerConfig.from_mapping(BROKER), stored)[name]
+    assert (described.value, described.source) == (stored[name], ConfigSource.TOPIC)
+    assert described.documentation
+    with pytest.raises(ConfigError) as caught:
+        validate_topic_configs({name: invalid})
+    assert caught.value.key == name
+    assert repr(invalid) in str(caught.value)
+
+
+def test_an_empty_cleanup_policy_is_neither_delete_nor_compact() -> None:
+    """Kafka 4: an empty list is valid, and means infinite retention without compaction."""
+    assert validate_topic_configs({"cleanup.policy": " "}) == {"cleanup.policy": ""}
+    typed = topic_config(BrokerConfig.from_mapping(BROKER), {"cleanup.policy": ""})
+    assert (typed.cleanup_policy, typed.delete, typed.compact) == ((), False, False)
+    described = effective_topic_config(BrokerConfig.from_mapping(BROKER), {"cleanup.policy": ""})
+    assert described["cleanup.policy"].value == ""
+
+
+def test_configs_without_effect_say_why_and_are_listed_in_the_status_page() -> None:
+    status = (Path(__file__).parents[2] / "docs" / "status.md").read_text()
+    section = status.split("## Topic configs accepted without effect", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `([a-z0-9.]+)` \|", section, flags=re.MULTILINE))
+    inert = {d.name for d in TOPIC_CONFIG_DEFS if d.without_effect is not None}
+    assert {"preallocate", "segment.jitter.ms", "file.delete.delay.ms"} <= inert
+    assert listed == inert
+    # The log layer's typed config holds only what Riverbed acts on.
+    typed = topic_config(BrokerConfig.from_mapping(BROKER), {"preallocate": "true"})
+    assert not hasattr(typed, "preallocate")

@@ -171,8 +171,12 @@ async def test_a_broker_deletes_segments_past_retention_and_readers_below_reset(
     assert offsets == list(range(by_size, RECORDS))
 
 
-async def test_a_compacted_only_topic_is_not_deleted_by_retention(broker: BrokerProcess) -> None:
-    topic = await new_topic(broker.bootstrap, 1, {"retention.ms": "1", "cleanup.policy": "compact"})
+@pytest.mark.parametrize("policy", ["compact", ""], ids=["compact", "empty"])
+async def test_a_topic_without_the_delete_policy_is_not_deleted_by_retention(
+    broker: BrokerProcess, policy: str
+) -> None:
+    """compact only, or the empty policy (neither: Kafka 4's infinite retention)."""
+    topic = await new_topic(broker.bootstrap, 1, {"retention.ms": "1", "cleanup.policy": policy})
     await produce(broker, topic, [int(time.time() * 1000) - 2 * HOUR_MS] * 500)
     await after_a_retention_pass(broker)  # one that saw every record, all past retention.ms
     assert log_start(broker, topic) == 0

@@ -124,9 +124,6 @@ def test_confluent_sees_what_riverbed_refuses(broker: BrokerProcess, topic: str)
     not_a_list = client.error(("retention.ms", APPEND, "5"))
     assert not_a_list.code() == INVALID_CONFIG
     assert "cleanup.policy" in not_a_list.str()
-    emptied = client.error(("cleanup.policy", SUBTRACT, "delete"))
-    assert emptied.code() == INVALID_CONFIG
-    assert "non-empty" in emptied.str()
     unknown = client.error(("retention.msec", SET, "1"))
     assert unknown.code() == INVALID_CONFIG
     assert "'retention.msec'" in unknown.str()

@@ -1,14 +1,21 @@
 """CreateTopics and DeleteTopics, served by the controller like Kafka's admin clients expect.
 
 Topic changes are conditional writes in ZooKeeper (a topic's znodes are created or removed in one
-transaction); the answer waits, up to the request's `timeout_ms`, until this broker has applied
-the change, so a client that creates a topic and produces right away finds it.
+transaction). As Kafka's controller does (DelayedCreatePartitions, DelayedDeleteTopics), the
+answer waits, up to the request's `timeout_ms`, until this broker's own metadata shows the
+change: a created topic with its leaders (and the partitions led here serving), a deleted topic
+gone from the cache and from the disk. So a client that creates a topic and produces right away
+finds it, and one that deletes a topic and asks this broker for Metadata no longer sees it.
+Other brokers may lag, as in Kafka. A topic whose change is not visible when the timeout ends
+gets REQUEST_TIMED_OUT (the change itself is made and will show); `timeout_ms` <= 0 answers
+at once, as Kafka's does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 
 from riverbed.broker.handlers.context import BrokerContext
@@ -22,7 +29,7 @@ from riverbed.security.acl import AclOperation, ResourceType
 CreatableTopicResult = m.CreateTopicsResponse.CreatableTopicResult
 DeletableTopicResult = m.DeleteTopicsResponse.DeletableTopicResult
 ZERO_UUID = uuid.UUID(int=0)
-# Bounds the wait of a request that asks for no timeout at all.
+# Bounds the wait of a request whose timeout_ms is huge (INT32_MAX, meaning "no timeout").
 ADMIN_TIMEOUT_MS_MAX = 120_000
 
 
@@ -56,10 +63,14 @@ async def handle_create_topics(
         result.replication_factor = _replication_factor(ctx, topic)
         if not request.validate_only:
             created.append(topic.name)
-    if created:
-        await ctx.wait_until(
-            lambda: all(ctx.topic_applied(name) for name in created), _timeout_s(request.timeout_ms)
-        )
+    late = await _wait_applied(ctx, created, ctx.topic_applied, request.timeout_ms)
+    for result in results:
+        if result.name in late:
+            result.error_code = ErrorCode.REQUEST_TIMED_OUT
+            result.error_message = (
+                f"topic {result.name!r} is created, but broker {ctx.broker_id} did not know "
+                f"its leaders within timeout_ms={request.timeout_ms}"
+            )
     return m.CreateTopicsResponse(topics=results)
 
 
@@ -138,7 +149,7 @@ async def handle_delete_topics(
     )
     started_s = asyncio.get_running_loop().time()
     results = []
-    deleted = []
+    deleted: dict[str, uuid.UUID] = {}
     for name, topic_id in wanted:
         result = DeletableTopicResult(name=name, topic_id=topic_id)
         results.append(result)
@@ -158,13 +169,33 @@ async def handle_delete_topics(
             result.error_code = error.code
             result.error_message = error.message or None
             continue
-        deleted.append(metadata.name)
-    if deleted:
-        await ctx.wait_until(
-            lambda: not any(ctx.partitions.hosts_topic(n) for n in deleted),
-            _timeout_s(request.timeout_ms),
-        )
+        deleted[metadata.name] = metadata.topic_id
+
+    def forgotten(name: str) -> bool:
+        current = ctx.cache.topic(name)
+        gone = current is None or current.topic_id != deleted[name]  # or created again since
+        return gone and not ctx.partitions.hosts_topic(name)
+
+    late = await _wait_applied(ctx, list(deleted), forgotten, request.timeout_ms)
+    for result in results:
+        if result.name in late:
+            result.error_code = ErrorCode.REQUEST_TIMED_OUT
+            result.error_message = (
+                f"topic {result.name!r} is deleted, but broker {ctx.broker_id} still had it "
+                f"after timeout_ms={request.timeout_ms}"
+            )
     return m.DeleteTopicsResponse(responses=results)
+
+
+async def _wait_applied(
+    ctx: BrokerContext, names: list[str], applied: Callable[[str], bool], timeout_ms: int
+) -> frozenset[str]:
+    """Wait, within `timeout_ms`, until `applied(name)` holds for every name; the names for
+    which it still does not. Kafka answers at once when timeout_ms <= 0."""
+    if not names or timeout_ms <= 0:
+        return frozenset()
+    await ctx.wait_until(lambda: all(applied(name) for name in names), _timeout_s(timeout_ms))
+    return frozenset(name for name in names if not applied(name))
 
 
 def _check_delete_allowed(access: Access, result: DeletableTopicResult, name: str | None) -> None:
@@ -202,4 +233,4 @@ def _check_controller(ctx: BrokerContext) -> None:
 
 
 def _timeout_s(timeout_ms: int) -> float:
-    return min(max(timeout_ms, 0), ADMIN_TIMEOUT_MS_MAX) / 1000
+    return min(timeout_ms, ADMIN_TIMEOUT_MS_MAX) / 1000

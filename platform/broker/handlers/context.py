@@ -100,11 +100,14 @@ class BrokerContext:
         return partition.log.log_start_offset
 
     def topic_applied(self, name: str) -> bool:
-        """True once this broker serves every partition of `name` that ZooKeeper says it leads."""
+        """True once this broker knows every partition's leader of `name` and serves every one
+        that ZooKeeper says it leads."""
         metadata = self.cache.topic(name)
         if metadata is None:
             return False
         for index, state in metadata.partitions.items():
+            if state.leader < 0:
+                return False
             if state.leader == self.broker_id:
                 partition = self.partitions.get(name, index)
                 if partition is None or not partition.is_leader:
