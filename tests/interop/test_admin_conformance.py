@@ -344,3 +344,29 @@ async def test_deleted_topics_are_gone_from_the_answering_brokers_metadata(
             pytest.fail(f"every topic landed on the controller (broker {controller})")
         await client.delete(topic)
         assert topic not in await client.metadata(controller)
+
+
+def test_create_topics_answers_with_the_new_topics_configs(cluster: TestCluster) -> None:
+    """CreateTopics v5+ carries the topic's effective configs, as Kafka's does (its Java admin
+    client returns them from CreateTopicsResult.config(); kafka-python from create_topics())."""
+    admin = kafka_python_admin(cluster)
+    try:
+        for validate_only in (True, False):
+            topic = new_name("answered-configs")
+            wanted = {
+                "num_partitions": 1,
+                "replication_factor": 1,
+                "configs": {"preallocate": "true"},
+            }
+            result = admin.create_topics({topic: wanted}, validate_only=validate_only)
+            (answer,) = result["topics"]
+            configs = answer["configs"]
+            assert set(configs) == set(KAFKA_TOPIC_CONFIGS)
+            assert (configs["preallocate"]["value"], configs["preallocate"]["config_source"]) == (
+                "true",
+                "DYNAMIC_TOPIC_CONFIG",
+            )
+            default = configs["retention.ms"]
+            assert (default["value"], default["config_source"]) == ("604800000", "DEFAULT_CONFIG")
+    finally:
+        admin.close()

@@ -20,13 +20,14 @@ from contextlib import AbstractAsyncContextManager
 
 from riverbed.broker.handlers.context import BrokerContext
 from riverbed.broker.handlers.zookeeper_bound import zookeeper_bound
-from riverbed.configs import ConfigError, validate_topic_configs
+from riverbed.configs import ConfigError, effective_topic_config, validate_topic_configs
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.security.access import Access
 from riverbed.security.acl import AclOperation, ResourceType
 
 CreatableTopicResult = m.CreateTopicsResponse.CreatableTopicResult
+CreatableTopicConfigs = m.CreateTopicsResponse.CreatableTopicConfigs
 DeletableTopicResult = m.DeleteTopicsResponse.DeletableTopicResult
 ZERO_UUID = uuid.UUID(int=0)
 # Bounds the wait of a request whose timeout_ms is huge (INT32_MAX, meaning "no timeout").
@@ -53,12 +54,16 @@ async def handle_create_topics(
             if topic.name in config_denied:
                 result.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
             async with _topic_write(ctx, f"creating topic {topic.name!r}", request, started_s):
-                topic_id = await _create_topic(ctx, topic, validate_only=request.validate_only)
+                topic_id, overrides = await _create_topic(
+                    ctx, topic, validate_only=request.validate_only
+                )
         except KafkaError as error:
             result.error_code = error.code
             result.error_message = error.message or None
             continue
         result.topic_id = topic_id
+        if topic.name not in config_denied:
+            result.configs = _described(ctx, overrides)
         result.num_partitions = _partitions(ctx, topic)
         result.replication_factor = _replication_factor(ctx, topic)
         if not request.validate_only:
@@ -94,7 +99,8 @@ def _create_refusals(
 
 async def _create_topic(
     ctx: BrokerContext, topic: m.CreateTopicsRequest.CreatableTopic, *, validate_only: bool
-) -> uuid.UUID:
+) -> tuple[uuid.UUID, dict[str, str]]:
+    """Create (or only check) one topic: its id (zero when only checked) and its overrides."""
     if topic.assignments:
         raise KafkaError(
             ErrorCode.INVALID_REQUEST, "manual replica assignments are not supported yet"
@@ -116,14 +122,30 @@ async def _create_topic(
         )
         if ctx.cache.topic(topic.name) is not None:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {topic.name!r} already exists")
-        return ZERO_UUID
-    return await ctx.store.create_topic(
+        return ZERO_UUID, validated
+    topic_id = await ctx.store.create_topic(
         topic.name,
         num_partitions=num_partitions,
         replication_factor=replication_factor,
         configs=validated,
         live_broker_ids=live,
     )
+    return topic_id, validated
+
+
+def _described(ctx: BrokerContext, overrides: dict[str, str]) -> list[CreatableTopicConfigs]:
+    """The new topic's effective configs, as Kafka's CreateTopics v5+ answer carries them (its
+    admin client returns them from CreateTopicsResult.config())."""
+    return [
+        CreatableTopicConfigs(
+            name=value.name,
+            value=value.value,
+            read_only=value.read_only,
+            config_source=value.source,
+            is_sensitive=value.sensitive,
+        )
+        for value in effective_topic_config(ctx.config, overrides).values()
+    ]
 
 
 def _partitions(ctx: BrokerContext, topic: m.CreateTopicsRequest.CreatableTopic) -> int:
