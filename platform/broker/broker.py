@@ -369,6 +369,7 @@ class Broker:
                 port=advertised[0].port,
                 endpoints=tuple(str(listener) for listener in advertised),
                 security_protocols={li.name: li.protocol.value for li in advertised},
+                rack=self.config.broker_rack,
                 timestamp_ms=wall_clock_ms(),
             )
         )

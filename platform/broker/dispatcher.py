@@ -19,6 +19,7 @@ from riverbed.broker.handlers.api_versions import handle_api_versions
 from riverbed.broker.handlers.context import BrokerContext
 from riverbed.broker.handlers.controlled_shutdown import handle_controlled_shutdown
 from riverbed.broker.handlers.delete_records import handle_delete_records
+from riverbed.broker.handlers.describe_cluster import handle_describe_cluster
 from riverbed.broker.handlers.describe_configs import handle_describe_configs
 from riverbed.broker.handlers.describe_log_dirs import handle_describe_log_dirs
 from riverbed.broker.handlers.fetch import handle_fetch
@@ -152,6 +153,8 @@ class Dispatcher:
                 return await handle_delete_records(ctx, body, access)
             case m.DescribeLogDirsRequest():
                 return await handle_describe_log_dirs(ctx, body, access)
+            case m.DescribeClusterRequest():
+                return await handle_describe_cluster(ctx, body, access, session.listener)
             case m.DescribeAclsRequest():
                 return await handle_describe_acls(ctx, body, access)
             case m.CreateAclsRequest():

@@ -1592,6 +1592,45 @@ class ListPartitionReassignmentsResponse:
     )
 
 
+@dataclass(slots=True)
+class DescribeClusterRequest:
+    """DescribeCluster request (API key 60), versions 0-2."""
+
+    API_KEY: ClassVar[int] = 60
+
+    include_cluster_authorized_operations: bool = False
+    # v1+
+    endpoint_type: int = 1
+    # v2
+    include_fenced_brokers: bool = False
+
+
+@dataclass(slots=True)
+class DescribeClusterResponse:
+    """DescribeCluster response (API key 60), versions 0-2."""
+
+    API_KEY: ClassVar[int] = 60
+
+    @dataclass(slots=True)
+    class DescribeClusterBroker:
+        broker_id: int = 0
+        host: str = ""
+        port: int = 0
+        rack: str | None = None
+        # v2
+        is_fenced: bool = False
+
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    error_message: str | None = None
+    # v1+
+    endpoint_type: int = 1
+    cluster_id: str = ""
+    controller_id: int = -1
+    brokers: list[DescribeClusterResponse.DescribeClusterBroker] = field(default_factory=list)
+    cluster_authorized_operations: int = -2147483648
+
+
 RequestBody = (
     ProduceRequest
     | FetchRequest
@@ -1626,6 +1665,7 @@ RequestBody = (
     | IncrementalAlterConfigsRequest
     | AlterPartitionReassignmentsRequest
     | ListPartitionReassignmentsRequest
+    | DescribeClusterRequest
 )
 ResponseBody = (
     ProduceResponse
@@ -1661,6 +1701,7 @@ ResponseBody = (
     | IncrementalAlterConfigsResponse
     | AlterPartitionReassignmentsResponse
     | ListPartitionReassignmentsResponse
+    | DescribeClusterResponse
 )
 
 REQUEST_CLASSES: dict[int, type[RequestBody]] = {
@@ -1697,6 +1738,7 @@ REQUEST_CLASSES: dict[int, type[RequestBody]] = {
     44: IncrementalAlterConfigsRequest,
     45: AlterPartitionReassignmentsRequest,
     46: ListPartitionReassignmentsRequest,
+    60: DescribeClusterRequest,
 }
 
 RESPONSE_CLASSES: dict[int, type[ResponseBody]] = {
@@ -1733,4 +1775,5 @@ RESPONSE_CLASSES: dict[int, type[ResponseBody]] = {
     44: IncrementalAlterConfigsResponse,
     45: AlterPartitionReassignmentsResponse,
     46: ListPartitionReassignmentsResponse,
+    60: DescribeClusterResponse,
 }

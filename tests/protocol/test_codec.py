@@ -171,6 +171,7 @@ def test_supported_api_versions() -> None:
         44: (0, 1),
         45: (0, 0),
         46: (0, 0),
+        60: (0, 2),
     }
 
 
@@ -208,6 +209,7 @@ def test_flexible_versions() -> None:
         "DescribeLogDirs": 2,
         "AlterPartitionReassignments": 0,
         "ListPartitionReassignments": 0,
+        "DescribeCluster": 0,
         "SaslHandshake": None,
         "SaslAuthenticate": 2,
     }
@@ -270,6 +272,7 @@ KAFKA_PYTHON_CLASSES: dict[int, tuple[Any, Any]] = {
         kp_topics.ListPartitionReassignmentsRequest,
         kp_topics.ListPartitionReassignmentsResponse,
     ),
+    60: (kp_cluster.DescribeClusterRequest, kp_cluster.DescribeClusterResponse),
 }
 # Broker-to-controller APIs kafka-python does not implement: checked by round trips and by the
 # brokers' own use of them in the cluster tests.

@@ -586,6 +586,33 @@ async def test_metadata_hides_and_reports_operations(broker_factory: BrokerFacto
             await connection.close()
 
 
+async def test_describe_cluster_needs_no_acl(broker_factory: BrokerFactory) -> None:
+    """Not in PROBES: KafkaApis refuses nobody DescribeCluster. Without any ACL every version
+    describes the cluster; the authorized operations, when asked for, are 0 without DESCRIBE on
+    the cluster and then what the ACLs allow (tests/interop/test_describe_cluster.py has the
+    clients and three brokers)."""
+    broker = broker_factory(SECURED)
+    connection = await connect(broker)
+    asked = m.DescribeClusterRequest(include_cluster_authorized_operations=True)
+    try:
+        for version in (0, 1, 2):
+            connection._versions[m.DescribeClusterRequest.API_KEY] = version
+            answer = await connection.call(asked, m.DescribeClusterResponse)
+            assert answer.error_code == ErrorCode.NONE
+            assert [b.broker_id for b in answer.brokers] == [1]
+            assert answer.cluster_authorized_operations == 0
+        async with zookeeper_acls(broker.zk_connect) as acls:
+            await acls.add(*cluster_acl(Op.DESCRIBE, Op.ALTER))
+
+            async def cluster_operations() -> bool:
+                answer = await connection.call(asked, m.DescribeClusterResponse)
+                return answer.cluster_authorized_operations == (1 << 7) | (1 << 8)
+
+            await eventually(cluster_operations)
+    finally:
+        await connection.close()
+
+
 async def test_offsets_and_groups_of_unauthorized_topics(broker_factory: BrokerFactory) -> None:
     """OffsetFetch answers -1 with TOPIC_AUTHORIZATION_FAILED for a topic it may not DESCRIBE
     and leaves such topics out of an all-partitions fetch; OffsetCommit commits the topics it

@@ -36,7 +36,7 @@ import asyncio
 import inspect
 import os
 import signal
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar, overload
 
@@ -80,18 +80,25 @@ class TestCluster:
         zk_connect: str,
         home: Path,
         settings: Mapping[str, str] | None = None,
+        broker_settings: Mapping[int, Mapping[str, str]] | None = None,
+        listeners: Sequence[str] = ("PLAINTEXT",),
     ) -> None:
+        """`broker_settings` adds settings of one broker (by id) over the shared `settings`
+        (`broker.rack`, say); every broker listens on each of `listeners`, the first one being
+        `bootstrap` and what the cluster's own Metadata polls use."""
         if size < 1:
             raise ValueError(f"a cluster needs at least one broker, got {size}")
         self.zk_connect = zk_connect
         self.settings = dict(settings or {})
+        own = broker_settings or {}
         self.brokers: dict[int, BrokerProcess] = {
             broker_id: BrokerProcess(
                 broker_id=broker_id,
                 zk_connect=zk_connect,
                 data_dir=home / f"broker-{broker_id}" / "data",
                 log_dir=home / f"broker-{broker_id}",
-                settings=self.settings,
+                settings={**self.settings, **own.get(broker_id, {})},
+                listeners=listeners,
             )
             for broker_id in range(1, size + 1)
         }
