@@ -8,19 +8,18 @@ when a short wait ends; clients retry Metadata on that error.
 
 from __future__ import annotations
 
+from riverbed.broker.handlers.cluster_view import brokers_on, cluster_authorized_operations
 from riverbed.broker.handlers.context import BrokerContext
 from riverbed.broker.handlers.zookeeper_bound import zookeeper_bound
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.security.access import Access
-from riverbed.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from riverbed.security.acl import AclOperation, ResourceType
 
 Broker = m.MetadataResponse.MetadataResponseBroker
 Topic = m.MetadataResponse.MetadataResponseTopic
 Partition = m.MetadataResponse.MetadataResponsePartition
 
-# Kafka's "authorized operations not requested" marker.
-OPERATIONS_NOT_REQUESTED = -(2**31)
 # How long a Metadata request that auto-created topics waits for them to be applied.
 AUTO_CREATE_WAIT_S = 1.0
 
@@ -56,18 +55,18 @@ async def handle_metadata(
         topics.append(topic)
     if not every_topic:  # a listing of everything just leaves them out
         topics.extend(_refusals(ctx, wanted, refused))
-    brokers = []
-    for broker in sorted(live.values(), key=lambda b: b.broker_id):
-        endpoint = broker.endpoint(listener)
-        if endpoint is not None:
-            host, port = endpoint
-            brokers.append(Broker(node_id=broker.broker_id, host=host, port=port, rack=broker.rack))
+    brokers = [
+        Broker(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+        for b in brokers_on(listener, live)
+    ]
     return m.MetadataResponse(
         brokers=brokers,
         cluster_id=ctx.cache.cluster_id,
         controller_id=ctx.cache.controller_id if ctx.cache.controller_id is not None else -1,
         topics=topics,
-        cluster_authorized_operations=_cluster_operations(request, access),
+        cluster_authorized_operations=cluster_authorized_operations(
+            access, requested=request.include_cluster_authorized_operations
+        ),
     )
 
 
@@ -116,14 +115,6 @@ def _refusals(
         else:
             refusals.append(Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name))
     return refusals
-
-
-def _cluster_operations(request: m.MetadataRequest, access: Access) -> int:
-    if not request.include_cluster_authorized_operations:
-        return OPERATIONS_NOT_REQUESTED
-    if not access.allows_cluster(AclOperation.DESCRIBE):
-        return 0
-    return access.operations(ResourceType.CLUSTER, CLUSTER_NAME)
 
 
 def _requested_names(
