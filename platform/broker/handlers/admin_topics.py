@@ -68,7 +68,7 @@ async def handle_create_topics(
         result.replication_factor = _replication_factor(ctx, topic)
         if not request.validate_only:
             created.append(topic.name)
-    late = await _wait_applied(ctx, created, ctx.topic_applied, request.timeout_ms)
+    late = await _wait_applied(ctx, created, ctx.topic_created, request.timeout_ms)
     for result in results:
         if result.name in late:
             result.error_code = ErrorCode.REQUEST_TIMED_OUT

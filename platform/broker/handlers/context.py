@@ -100,19 +100,25 @@ class BrokerContext:
         return partition.log.log_start_offset
 
     def topic_applied(self, name: str) -> bool:
-        """True once this broker knows every partition's leader of `name` and serves every one
-        that ZooKeeper says it leads."""
+        """True once this broker serves every partition of `name` that ZooKeeper says it leads."""
         metadata = self.cache.topic(name)
         if metadata is None:
             return False
         for index, state in metadata.partitions.items():
-            if state.leader < 0:
-                return False
             if state.leader == self.broker_id:
                 partition = self.partitions.get(name, index)
                 if partition is None or not partition.is_leader:
                     return False
         return True
+
+    def topic_created(self, name: str) -> bool:
+        """What CreateTopics waits for, as Kafka's DelayedCreatePartitions: every partition of
+        `name` has a leader in this broker's metadata, and those led here are served. (A topic
+        whose partitions went offline later is still applied: Metadata describes it.)"""
+        metadata = self.cache.topic(name)
+        if metadata is None or any(s.leader < 0 for s in metadata.partitions.values()):
+            return False
+        return self.topic_applied(name)
 
     def leader_partition(self, topic: str, index: int, current_leader_epoch: int = -1) -> Partition:
         """The local leader replica of a partition, or the Kafka error the client must see."""
