@@ -12,13 +12,15 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import confluent_kafka
 import kafka.admin
+import kafka.errors
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin import NewTopic as AioNewTopic
@@ -49,6 +51,8 @@ PLACEMENT_ATTEMPTS = 10
 # Delete-then-Metadata rounds per client: the window the fix closed was 15-60 ms wide.
 ROUNDS = 3
 VALID = {name: probe.valid for name, probe in KAFKA_TOPIC_CONFIGS.items()}
+POLL_S = 0.02
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +90,23 @@ def confluent_describe(admin: AdminClient, topic: str) -> dict[str, Any]:
     return entries
 
 
+def settled(read: Callable[[], T], expected: T, what: str) -> T:
+    """Poll `read()` until it gives `expected`. A client sends a topic's DescribeConfigs to any
+    broker, and brokers other than the one that made a change apply it a moment later (as in
+    Kafka: only the answering broker is waited for)."""
+    deadline = time.monotonic() + TIMEOUT_S
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            last = read()
+        except (confluent_kafka.KafkaException, kafka.errors.KafkaError) as error:
+            last = error  # UNKNOWN_TOPIC_OR_PARTITION from a broker that has not caught up
+        if last == expected:
+            return expected
+        time.sleep(POLL_S)
+    raise AssertionError(f"{what}: still {last!r} after {TIMEOUT_S} s")
+
+
 def kafka_python_admin(cluster: TestCluster) -> kafka.admin.KafkaAdminClient:
     return kafka.admin.KafkaAdminClient(
         bootstrap_servers=cluster.bootstrap, request_timeout_ms=REQUEST_TIMEOUT_MS
@@ -117,10 +138,13 @@ def test_confluent_creates_a_topic_with_every_kafka_topic_config_and_describes_t
     topic = new_name("every-config")
     confluent_create(admin, topic, VALID)
 
-    entries = confluent_describe(admin, topic)
-    assert {name: entries[name].value for name in VALID} == VALID
-    sources = {entries[name].source for name in VALID}
-    assert sources == {ConfigSource.DYNAMIC_TOPIC_CONFIG.value}
+    def described() -> dict[str, tuple[str, int]]:
+        entries = confluent_describe(admin, topic)
+        return {name: (entries[name].value, entries[name].source) for name in VALID}
+
+    topic_source = ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    wanted = {name: (value, topic_source) for name, value in VALID.items()}
+    settled(described, wanted, "every config described with source DYNAMIC_TOPIC_CONFIG")
     # And one by one, as the issue's examples: CreateTopics preallocate=false, then an
     # IncrementalAlterConfigs SET of segment.jitter.ms.
     plain = new_name("preallocate")
@@ -128,8 +152,12 @@ def test_confluent_creates_a_topic_with_every_kafka_topic_config_and_describes_t
     jitter = [ConfigEntry("segment.jitter.ms", "10", incremental_operation=AlterConfigOpType.SET)]
     resource = ConfigResource(ResourceType.TOPIC, plain, incremental_configs=jitter)
     admin.incremental_alter_configs([resource])[resource].result(TIMEOUT_S)
-    entries = confluent_describe(admin, plain)
-    assert (entries["preallocate"].value, entries["segment.jitter.ms"].value) == ("false", "10")
+
+    def two() -> tuple[str, str]:
+        entries = confluent_describe(admin, plain)
+        return entries["preallocate"].value, entries["segment.jitter.ms"].value
+
+    settled(two, ("false", "10"), "preallocate and segment.jitter.ms described")
 
 
 def test_confluent_is_refused_each_kafka_topic_config_at_an_invalid_value(
@@ -164,14 +192,15 @@ def test_kafka_python_sets_every_kafka_topic_config_and_is_refused_invalid_ones(
         # The issue's example first: AlterConfigs file.delete.delay.ms=12345.
         alone = {"file.delete.delay.ms": "12345"}
         assert kafka_python_set(admin, topic, alone, incremental=incremental) == "OK"
-        assert kafka_python_values(admin, topic) == alone
+        settled(lambda: kafka_python_values(admin, topic), alone, "the override described")
         assert kafka_python_set(admin, topic, VALID, incremental=incremental) == "OK"
-        assert kafka_python_values(admin, topic) == VALID
+        settled(lambda: kafka_python_values(admin, topic), VALID, "every override described")
         for name, probe in KAFKA_TOPIC_CONFIGS.items():
             result = kafka_python_set(admin, topic, {name: probe.invalid}, incremental=incremental)
             assert result.startswith("[Error 40] InvalidConfigurationError"), (name, result)
             assert f"'{name}'" in result
         assert kafka_python_values(admin, topic) == VALID  # the refusals changed nothing
+        # (every broker had VALID before: the settled reads above, and a refusal writes nothing)
     finally:
         admin.close()
 
@@ -190,14 +219,25 @@ async def _aiokafka_every_config(bootstrap: str, topic: str) -> tuple[list[int],
         codes = []
         for response in await admin.alter_configs([resource, *refused]):
             codes += [r["error_code"] for r in response.to_object()["resources"]]
+        values = await _aiokafka_values_once_known(admin, topic)
+    finally:
+        await admin.close()
+    return codes, values
+
+
+async def _aiokafka_values_once_known(admin: AIOKafkaAdminClient, topic: str) -> dict[str, str]:
+    """The topic's described configs, from a broker that knows every override (see settled())."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while True:
         (described,) = await admin.describe_configs(
             [AioConfigResource(AioConfigResourceType.TOPIC, topic)]
         )
-    finally:
-        await admin.close()
-    (result,) = described.to_object()["resources"]
-    values = {e["config_names"]: e["config_value"] for e in result["config_entries"]}
-    return codes, values
+        (result,) = described.to_object()["resources"]
+        values = {e["config_names"]: e["config_value"] for e in result["config_entries"]}
+        if all(values.get(name) == value for name, value in VALID.items()):
+            return values
+        assert time.monotonic() < deadline, f"configs still {values}"
+        await asyncio.sleep(POLL_S)
 
 
 def test_aiokafka_alters_every_kafka_topic_config(cluster: TestCluster) -> None:
@@ -222,17 +262,23 @@ def test_subtract_may_empty_cleanup_policy(cluster: TestCluster) -> None:
     ]
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=subtract)
     admin.incremental_alter_configs([resource])[resource].result(TIMEOUT_S)
-    emptied = confluent_describe(admin, topic)["cleanup.policy"]
-    assert (emptied.value, emptied.source) == ("", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+
+    def policy() -> tuple[str, int]:
+        entry = confluent_describe(admin, topic)["cleanup.policy"]
+        return entry.value, entry.source
+
+    settled(policy, ("", ConfigSource.DYNAMIC_TOPIC_CONFIG.value), "an empty cleanup.policy")
 
     python_admin = kafka_python_admin(cluster)
     try:
         ops = {"cleanup.policy": (kafka.admin.AlterConfigOp.APPEND, "compact")}
         assert kafka_python_set(python_admin, topic, ops, incremental=True) == "OK"
-        assert kafka_python_values(python_admin, topic) == {"cleanup.policy": "compact"}
+        compact = {"cleanup.policy": "compact"}
+        settled(lambda: kafka_python_values(python_admin, topic), compact, "compact appended")
         ops = {"cleanup.policy": (kafka.admin.AlterConfigOp.SUBTRACT, "compact")}
         assert kafka_python_set(python_admin, topic, ops, incremental=True) == "OK"
-        assert kafka_python_values(python_admin, topic) == {"cleanup.policy": ""}
+        empty = {"cleanup.policy": ""}
+        settled(lambda: kafka_python_values(python_admin, topic), empty, "compact subtracted")
     finally:
         python_admin.close()
 

@@ -169,10 +169,11 @@ async def _alter_topic(
     *,
     validate_only: bool,
 ) -> None:
-    metadata = ctx.cache.topic(name)
-    if metadata is None:
-        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
-    # A conditional read-modify-write in ZooKeeper; ConfigError is INVALID_CONFIG.
+    # Whether the topic exists is ZooKeeper's answer, not this broker's cache's: a topic just
+    # created through another broker may not be in the cache yet (Kafka's ZooKeeper-mode
+    # AlterConfigs asks ZooKeeper too). A conditional read-modify-write; an unknown topic is
+    # UNKNOWN_TOPIC_OR_PARTITION and a ConfigError INVALID_CONFIG.
+    known_before = ctx.cache.topic(name) is not None
     async with zookeeper_bound(ctx.config, f"altering the configs of topic {name!r}"):
         overrides = await ctx.store.update_topic_config(
             name, functools.partial(change, TOPIC_CONFIGS), validate_only=validate_only
@@ -182,7 +183,9 @@ async def _alter_topic(
 
     def applied() -> bool:
         current = ctx.cache.topic(name)
-        return current is None or dict(current.configs) == overrides
+        if current is None:
+            return known_before  # deleted since: nothing left to wait for
+        return dict(current.configs) == overrides
 
     await ctx.wait_until(applied, CONFIG_APPLIED_WAIT_MS_MAX / 1000)
 
