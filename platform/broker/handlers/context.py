@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -99,14 +99,17 @@ class BrokerContext:
             return self.tiering.known_log_start_offset(partition)
         return partition.log.log_start_offset
 
-    def topic_applied(self, name: str) -> bool:
-        """True once this broker knows every partition's leader of `name` and serves every one
-        that ZooKeeper says it leads."""
+    def topic_applied(self, name: str, indexes: Collection[int] | None = None) -> bool:
+        """True once this broker knows every partition's leader of `name` (or of its partitions
+        `indexes`, all of which it must know) and serves every one that ZooKeeper says it
+        leads."""
         metadata = self.cache.topic(name)
         if metadata is None:
             return False
-        for index, state in metadata.partitions.items():
-            if state.leader < 0:
+        wanted = metadata.partitions.keys() if indexes is None else indexes
+        for index in wanted:
+            state = metadata.partitions.get(index)
+            if state is None or state.leader < 0:
                 return False
             if state.leader == self.broker_id:
                 partition = self.partitions.get(name, index)
