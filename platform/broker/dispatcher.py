@@ -10,7 +10,11 @@ from riverbed.broker.handlers.acls import (
     handle_delete_acls,
     handle_describe_acls,
 )
-from riverbed.broker.handlers.admin_topics import handle_create_topics, handle_delete_topics
+from riverbed.broker.handlers.admin_topics import (
+    handle_create_partitions,
+    handle_create_topics,
+    handle_delete_topics,
+)
 from riverbed.broker.handlers.alter_configs import (
     handle_alter_configs,
     handle_incremental_alter_configs,
@@ -107,6 +111,8 @@ class Dispatcher:
                 return await handle_create_topics(ctx, body, access)
             case m.DeleteTopicsRequest():
                 return await handle_delete_topics(ctx, body, version, access)
+            case m.CreatePartitionsRequest():
+                return await handle_create_partitions(ctx, body, access)
             case m.DescribeConfigsRequest():
                 return await handle_describe_configs(ctx, body, version, access)
             case m.FindCoordinatorRequest():

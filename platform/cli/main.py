@@ -211,9 +211,15 @@ def _parser() -> argparse.ArgumentParser:
     cli_truncate.add_arguments(truncate)
     truncate.set_defaults(command=_admin_action, admin_action=cli_truncate.truncate_topic)
     alter = topic_commands.add_parser(
-        "alter", help="set or remove a topic's config overrides (applied live)"
+        "alter", help="set or remove a topic's config overrides (applied live), add partitions"
     )
     alter.add_argument("name")
+    alter.add_argument(
+        "--partitions",
+        type=int,
+        metavar="N",
+        help="add partitions up to N in all (CreatePartitions)",
+    )
     alter.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     alter.add_argument(
         "--delete", action="append", default=[], metavar="KEY", help="back to the default"
@@ -400,13 +406,20 @@ def _topics_list(args: argparse.Namespace) -> int:
 
 
 def _topics_alter(args: argparse.Namespace) -> int:
+    """Configs first, then partitions, as Kafka's kafka-topics.sh --alter does."""
     to_set = _parse_pairs(args.set, "--set")
-    if not to_set and not args.delete:
-        raise CliError("topics alter: nothing to change (give --set KEY=VALUE or --delete KEY)")
+    if not to_set and not args.delete and args.partitions is None:
+        raise CliError(
+            "topics alter: nothing to change (give --set KEY=VALUE, --delete KEY or --partitions N)"
+        )
 
     async def action(admin: Admin) -> int:
-        await admin.alter_configs(args.name, set=to_set, delete=args.delete)
-        print(f"altered topic {args.name}")
+        if to_set or args.delete:
+            await admin.alter_configs(args.name, set=to_set, delete=args.delete)
+            print(f"altered topic {args.name}")
+        if args.partitions is not None:
+            await admin.create_partitions(args.name, partitions=args.partitions)
+            print(f"topic {args.name} has {args.partitions} partitions")
         return 0
 
     return _admin_command(args, action)

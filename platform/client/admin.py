@@ -1,11 +1,11 @@
 """The admin client: topics, topic configs, partition offsets, consumer groups and ACLs.
 
-Requests go where Kafka's admin clients send them: topic creation and deletion to the controller,
-ListOffsets to each partition's leader, a group's requests (DescribeGroups, OffsetFetch,
-OffsetCommit, DeleteGroups) to its coordinator as FindCoordinator names it, ListGroups to every
-broker (each lists the groups it coordinates), everything else (Metadata, DescribeConfigs,
-IncrementalAlterConfigs of topics, the ACL requests) to any broker. Connections and metadata
-come from the client's shared `BrokerPool`.
+Requests go where Kafka's admin clients send them: topic creation and deletion and added
+partitions to the controller, ListOffsets to each partition's leader, a group's requests
+(DescribeGroups, OffsetFetch, OffsetCommit, DeleteGroups) to its coordinator as FindCoordinator
+names it, ListGroups to every broker (each lists the groups it coordinates), everything else
+(Metadata, DescribeConfigs, IncrementalAlterConfigs of topics, the ACL requests) to any broker.
+Connections and metadata come from the client's shared `BrokerPool`.
 
 Each operation retries what a retry can fix (the controller, a leader or a group's coordinator
 moved or is loading, a connection dropped) with the pool's exponential backoff, for at most
@@ -363,6 +363,46 @@ class Admin(AsyncClient):
 
         result = await self._retrying(f"deleting topic {name!r}", attempt)
         self._pool.cluster.forget([name])
+        _raise_for(result.error_code, result.error_message)
+
+    async def create_partitions(
+        self,
+        name: str,
+        *,
+        partitions: int,
+        replicas: Sequence[Sequence[int]] | None = None,
+        validate_only: bool = False,
+    ) -> None:
+        """Add partitions to a topic, up to `partitions` in all; return once the controller
+        knows their leaders. `replicas` gives each new partition's brokers (preferred leader
+        first; as many replicas as the topic's partition 0 has), else the controller places
+        them. With `validate_only` the controller checks and adds nothing. TopicError
+        (INVALID_PARTITIONS) unless `partitions` is more than the topic has,
+        UnknownTopicOrPartitionError if there is no such topic."""
+        request = m.CreatePartitionsRequest(
+            topics=[
+                m.CreatePartitionsRequest.CreatePartitionsTopic(
+                    name=name,
+                    count=partitions,
+                    assignments=None
+                    if replicas is None
+                    else [
+                        m.CreatePartitionsRequest.CreatePartitionsAssignment(list(brokers))
+                        for brokers in replicas
+                    ],
+                )
+            ],
+            timeout_ms=self.settings.request_timeout_ms,
+            validate_only=validate_only,
+        )
+
+        async def attempt() -> m.CreatePartitionsResponse.CreatePartitionsTopicResult:
+            response = await self._call_controller(request, m.CreatePartitionsResponse)
+            return _retry_unless_controller(response.results[0])
+
+        result = await self._retrying(f"adding partitions to topic {name!r}", attempt)
+        if not validate_only:
+            self._pool.cluster.mark_stale(f"partitions added to {name!r}")
         _raise_for(result.error_code, result.error_message)
 
     async def list_topics(self) -> list[str]:

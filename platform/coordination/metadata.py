@@ -14,11 +14,15 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, Protocol
 
 from riverbed.coordination import layout
-from riverbed.coordination.assignment import assign_replicas
+from riverbed.coordination.assignment import (
+    assign_added_replicas,
+    assign_replicas,
+    check_manual_replicas,
+)
 from riverbed.coordination.layout import (
     BrokerRegistration,
     PartitionState,
@@ -49,6 +53,11 @@ CONDITIONAL_WRITE_ATTEMPTS_MAX: Final = 5
 # registration; like Kafka it waits for that session to expire, at most this many timeouts.
 STALE_REGISTRATION_WAIT_SESSIONS_MAX: Final = 2
 INITIAL_CONTROLLER_EPOCH: Final = 0
+# Partitions one CreatePartitions may add to a topic: they are created in one transaction, two
+# znodes each, and ZooKeeper drops a client whose request exceeds its 1 MiB jute.maxbuffer (a
+# transaction adding 4,000 partitions to a short-named topic did). With a 249-character topic
+# name a partition's two creates take about 700 bytes, so this many stay well below it.
+PARTITIONS_ADDED_AT_ONCE_MAX: Final = 1_000
 
 
 class BrokerIdConflictError(RuntimeError):
@@ -300,6 +309,55 @@ class ClusterMetadataStore:
                 f"of live brokers ({live_count})",
             )
 
+    async def add_partitions(
+        self,
+        name: str,
+        count: int,
+        live_broker_ids: Collection[int],
+        manual: Sequence[Sequence[int]] | None = None,
+        *,
+        validate_only: bool = False,
+        controller_epoch: int = INITIAL_CONTROLLER_EPOCH,
+    ) -> dict[int, tuple[int, ...]]:
+        """Raise the topic's partition count to `count` (Kafka's CreatePartitions): its
+        assignment rewritten, conditional on the version it was read at, and each new
+        partition's znodes created as create_topic creates them, in one transaction. The new
+        partitions' replicas are `manual` (one list per new partition, checked), else placed on
+        `live_broker_ids` continuing the topic's round robin, as many as partition 0 has.
+        Returns them, partition -> replicas (only checked and placed with `validate_only`).
+
+        Raises KafkaError UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS (not an increase),
+        REASSIGNMENT_IN_PROGRESS (the assignment is being rewritten by a move: Kafka refuses
+        too), INVALID_REPLICA_ASSIGNMENT (a bad `manual`) or INVALID_REPLICATION_FACTOR (fewer
+        live brokers than partition 0 has replicas)."""
+        path = layout.topic_path(name)
+        for _ in range(CONDITIONAL_WRITE_ATTEMPTS_MAX):
+            try:
+                data, stat = await self.zk.get(path)
+            except NoNodeError as error:
+                raise _unknown_topic(name) from error
+            assignment = TopicAssignment.decode(name, data)
+            added = _added_partitions(name, assignment, count, live_broker_ids, manual)
+            if validate_only:
+                return added
+            grown = replace(assignment, partitions={**assignment.partitions, **added})
+            ops: list[TransactionOp] = [SetOp(path, grown.encode(), stat.version)]
+            ops.extend(_partition_ops(name, added, controller_epoch))
+            try:
+                await self.zk.transaction(ops)
+            except BadVersionError:
+                continue  # changed under us (a move started, partitions added): decide again
+            except NoNodeError as error:
+                raise _unknown_topic(name) from error  # deleted meanwhile
+            except NodeExistsError as error:
+                raise KafkaError(
+                    ErrorCode.UNKNOWN_SERVER_ERROR,
+                    f"{error.path} exists already, though the assignment of {name!r} does "
+                    "not name its partition",
+                ) from error
+            return added
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{path} kept changing")
+
     async def delete_topic(self, name: str) -> uuid.UUID:
         """Delete a topic's assignment, partition states and config overrides in one transaction.
         Returns the deleted topic's id."""
@@ -467,6 +525,60 @@ class ClusterMetadataStore:
         return sorted(int(child) for child in children if child.isdigit())
 
 
+def _unknown_topic(name: str) -> KafkaError:
+    return KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+
+
+def _added_partitions(
+    name: str,
+    assignment: TopicAssignment,
+    count: int,
+    live_broker_ids: Collection[int],
+    manual: Sequence[Sequence[int]] | None,
+) -> dict[int, tuple[int, ...]]:
+    """add_partitions' decision: the new partitions' replicas, or the KafkaError refusing."""
+    if assignment.adding or assignment.removing:
+        moving = sorted({*assignment.adding, *assignment.removing})
+        raise KafkaError(
+            ErrorCode.REASSIGNMENT_IN_PROGRESS,
+            f"partitions {moving} of topic {name!r} are being reassigned; add partitions once "
+            "the move is done",
+        )
+    current = len(assignment.partitions)
+    if count == current:
+        message = f"topic {name!r} already has {current} partitions"
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS, message)
+    if count < current:
+        message = (
+            f"topic {name!r} has {current} partitions, more than the {count} asked for: "
+            "partitions can be added, not removed"
+        )
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS, message)
+    if count - current > PARTITIONS_ADDED_AT_ONCE_MAX:
+        raise KafkaError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"{count - current} partitions asked for {name!r}: at most "
+            f"{PARTITIONS_ADDED_AT_ONCE_MAX} are added at once (one ZooKeeper transaction); "
+            "add them in steps",
+        )
+    if manual is None:
+        try:
+            return assign_added_replicas(live_broker_ids, assignment.partitions, count)
+        except ValueError as error:
+            raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR, str(error)) from error
+    if len(manual) != count - current:
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"{count - current} partitions are added to {name!r} but {len(manual)} replica "
+            "lists were given",
+        )
+    try:
+        check_manual_replicas(manual, len(assignment.partitions[0]), live_broker_ids)
+    except ValueError as error:
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT, str(error)) from error
+    return {current + i: tuple(replicas) for i, replicas in enumerate(manual)}
+
+
 def _create_topic_ops(
     name: str,
     topic_id: uuid.UUID,
@@ -478,6 +590,17 @@ def _create_topic_ops(
         CreateOp(layout.topic_path(name), TopicAssignment(topic_id, replicas).encode()),
         CreateOp(layout.partitions_path(name)),
     ]
+    ops.extend(_partition_ops(name, replicas, controller_epoch))
+    ops.append(CreateOp(layout.topic_config_path(name), TopicConfigOverrides(overrides).encode()))
+    return ops
+
+
+def _partition_ops(
+    name: str, replicas: Mapping[int, tuple[int, ...]], controller_epoch: int
+) -> list[TransactionOp]:
+    """The znodes of new partitions (of a new topic, or added to one): each partition's, and
+    its state with the first replica leading, every replica in sync, leader epoch 0."""
+    ops: list[TransactionOp] = []
     for partition, partition_replicas in sorted(replicas.items()):
         state = PartitionState(
             leader=partition_replicas[0],
@@ -487,7 +610,6 @@ def _create_topic_ops(
         )
         ops.append(CreateOp(layout.partition_path(name, partition)))
         ops.append(CreateOp(layout.partition_state_path(name, partition), state.encode()))
-    ops.append(CreateOp(layout.topic_config_path(name), TopicConfigOverrides(overrides).encode()))
     return ops
 
 

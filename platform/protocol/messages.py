@@ -1390,6 +1390,45 @@ class SaslAuthenticateResponse:
 
 
 @dataclass(slots=True)
+class CreatePartitionsRequest:
+    """CreatePartitions request (API key 37), versions 0-3."""
+
+    API_KEY: ClassVar[int] = 37
+
+    @dataclass(slots=True)
+    class CreatePartitionsTopic:
+        name: str = ""
+        count: int = 0
+        assignments: list[CreatePartitionsRequest.CreatePartitionsAssignment] | None = None
+
+    @dataclass(slots=True)
+    class CreatePartitionsAssignment:
+        broker_ids: list[int] = field(default_factory=list)
+
+    topics: list[CreatePartitionsRequest.CreatePartitionsTopic] = field(default_factory=list)
+    timeout_ms: int = 0
+    validate_only: bool = False
+
+
+@dataclass(slots=True)
+class CreatePartitionsResponse:
+    """CreatePartitions response (API key 37), versions 0-3."""
+
+    API_KEY: ClassVar[int] = 37
+
+    @dataclass(slots=True)
+    class CreatePartitionsTopicResult:
+        name: str = ""
+        error_code: int = 0
+        error_message: str | None = None
+
+    throttle_time_ms: int = 0
+    results: list[CreatePartitionsResponse.CreatePartitionsTopicResult] = field(
+        default_factory=list
+    )
+
+
+@dataclass(slots=True)
 class DeleteGroupsRequest:
     """DeleteGroups request (API key 42), versions 0-2."""
 
@@ -1660,6 +1699,7 @@ RequestBody = (
     | AlterConfigsRequest
     | DescribeLogDirsRequest
     | SaslAuthenticateRequest
+    | CreatePartitionsRequest
     | DeleteGroupsRequest
     | ElectLeadersRequest
     | IncrementalAlterConfigsRequest
@@ -1696,6 +1736,7 @@ ResponseBody = (
     | AlterConfigsResponse
     | DescribeLogDirsResponse
     | SaslAuthenticateResponse
+    | CreatePartitionsResponse
     | DeleteGroupsResponse
     | ElectLeadersResponse
     | IncrementalAlterConfigsResponse
@@ -1733,6 +1774,7 @@ REQUEST_CLASSES: dict[int, type[RequestBody]] = {
     33: AlterConfigsRequest,
     35: DescribeLogDirsRequest,
     36: SaslAuthenticateRequest,
+    37: CreatePartitionsRequest,
     42: DeleteGroupsRequest,
     43: ElectLeadersRequest,
     44: IncrementalAlterConfigsRequest,
@@ -1770,6 +1812,7 @@ RESPONSE_CLASSES: dict[int, type[ResponseBody]] = {
     33: AlterConfigsResponse,
     35: DescribeLogDirsResponse,
     36: SaslAuthenticateResponse,
+    37: CreatePartitionsResponse,
     42: DeleteGroupsResponse,
     43: ElectLeadersResponse,
     44: IncrementalAlterConfigsResponse,

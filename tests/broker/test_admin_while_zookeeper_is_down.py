@@ -47,6 +47,11 @@ def create_request(timeout_ms: int, *names: str) -> m.CreateTopicsRequest:
     return m.CreateTopicsRequest(topics=topics, timeout_ms=timeout_ms)
 
 
+def grow_request(timeout_ms: int, topic: str, count: int) -> m.CreatePartitionsRequest:
+    grown = m.CreatePartitionsRequest.CreatePartitionsTopic(name=topic, count=count)
+    return m.CreatePartitionsRequest(topics=[grown], timeout_ms=timeout_ms)
+
+
 def alter_request(topic: str) -> m.IncrementalAlterConfigsRequest:
     entry = m.IncrementalAlterConfigsRequest.AlterableConfig(
         name="retention.ms", config_operation=0, value="3600000"
@@ -111,6 +116,14 @@ async def test_zookeeper_writes_are_answered_with_retriable_errors_while_it_is_d
         for result in create_answer.topics:
             assert "ZooKeeper did not answer within 1500 ms" in (result.error_message or "")
         assert CREATE_TIMEOUT_MS / 1000 <= took_s < CREATE_TIMEOUT_MS / 1000 + ANSWER_MARGIN_S
+        # CreatePartitions: bounded by its own timeout_ms as well.
+        grow_answer, took_s = await timed(
+            connection, grow_request(CREATE_TIMEOUT_MS, TOPIC, 2), m.CreatePartitionsResponse
+        )
+        (grown,) = grow_answer.results
+        assert grown.error_code == ErrorCode.REQUEST_TIMED_OUT, grown
+        assert "ZooKeeper did not answer within 1500 ms" in (grown.error_message or "")
+        assert CREATE_TIMEOUT_MS / 1000 <= took_s < CREATE_TIMEOUT_MS / 1000 + ANSWER_MARGIN_S
         # IncrementalAlterConfigs has no timeout of its own: the session timeout bounds it.
         alter_answer, took_s = await timed(
             connection, alter_request(TOPIC), m.IncrementalAlterConfigsResponse
@@ -146,6 +159,11 @@ async def test_zookeeper_writes_are_answered_with_retriable_errors_while_it_is_d
             alter_request(TOPIC), m.IncrementalAlterConfigsResponse
         )
         assert alter_answer.responses[0].error_code == ErrorCode.NONE
+        grow_answer = await connection.call(
+            grow_request(10_000, TOPIC, 2), m.CreatePartitionsResponse
+        )
+        # INVALID_PARTITIONS if the timed-out request was applied once ZooKeeper came back.
+        assert grow_answer.results[0].error_code in (ErrorCode.NONE, ErrorCode.INVALID_PARTITIONS)
         init_answer = await connection.call(INIT_PRODUCER_ID, m.InitProducerIdResponse)
         assert init_answer.error_code == ErrorCode.NONE
         assert init_answer.producer_id >= 0

@@ -172,6 +172,176 @@ async def test_duplicate_topic_and_conditional_state_update(store: ClusterMetada
     assert unknown.value.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+async def test_add_partitions(store: ClusterMetadataStore) -> None:
+    """The assignment grows in place (same topic id, conditional on its version) and each new
+    partition's state is written as create_topic writes its partitions'."""
+    topic_id = await store.create_topic("grow", 3, 2, {}, {1, 2, 3})
+    data, before = await store.zk.get(layout.topic_path("grow"))
+    existing = TopicAssignment.decode("grow", data).partitions
+
+    added = await store.add_partitions("grow", 7, {1, 2, 3})
+    assert sorted(added) == [3, 4, 5, 6]
+    data, after = await store.zk.get(layout.topic_path("grow"))
+    assert after.version == before.version + 1
+    assignment = TopicAssignment.decode("grow", data)
+    assert assignment.topic_id == topic_id
+    assert assignment.partitions == {**existing, **added}
+    for partition, replicas in added.items():
+        assert len(set(replicas)) == 2
+        state, version = await store.get_partition_state("grow", partition)
+        assert (state, version) == (PartitionState(replicas[0], 0, replicas, 0), 0)
+    children = await store.zk.get_children(layout.partitions_path("grow"))
+    assert sorted(int(child) for child in children) == list(range(7))
+
+    # Checked and placed only: nothing is written.
+    planned = await store.add_partitions("grow", 9, {1, 2, 3}, validate_only=True)
+    assert sorted(planned) == [7, 8]
+    assert (await store.zk.get(layout.topic_path("grow")))[1].version == after.version
+    assert await store.zk.exists(layout.partition_path("grow", 7)) is None
+    # Given replicas, as given.
+    assert await store.add_partitions("grow", 8, {1, 2, 3}, [[3, 1]]) == {7: (3, 1)}
+    assert (await store.get_partition_state("grow", 7))[0] == PartitionState(3, 0, (3, 1), 0)
+
+
+async def test_the_most_partitions_added_at_once_fit_one_transaction(
+    store: ClusterMetadataStore,
+) -> None:
+    """PARTITIONS_ADDED_AT_ONCE_MAX partitions of a topic with the longest legal name, all in
+    one transaction that ZooKeeper accepts."""
+    name = "x" * 249
+    await store.create_topic(name, 1, 3, {}, {1, 2, 3})
+    added = await store.add_partitions(name, 1 + metadata.PARTITIONS_ADDED_AT_ONCE_MAX, {1, 2, 3})
+    assert len(added) == metadata.PARTITIONS_ADDED_AT_ONCE_MAX
+    children = await store.zk.get_children(layout.partitions_path(name))
+    assert len(children) == 1 + metadata.PARTITIONS_ADDED_AT_ONCE_MAX
+
+
+@pytest.mark.parametrize(
+    ("count", "live", "manual", "code", "message"),
+    [
+        (2, {1, 2}, None, ErrorCode.INVALID_PARTITIONS, "'t' already has 2 partitions"),
+        (1, {1, 2}, None, ErrorCode.INVALID_PARTITIONS, "more than the 1 asked for"),
+        (3, {1}, None, ErrorCode.INVALID_REPLICATION_FACTOR, "replication factor 2"),
+        (1003, {1, 2}, None, ErrorCode.INVALID_PARTITIONS, "at most 1000 are added at once"),
+        (4, {1, 2}, [[1, 2]], ErrorCode.INVALID_REPLICA_ASSIGNMENT, "but 1 replica lists"),
+        (3, {1, 2}, [[2, 2]], ErrorCode.INVALID_REPLICA_ASSIGNMENT, "names a broker twice"),
+        (3, {1, 2}, [[1, 3]], ErrorCode.INVALID_REPLICA_ASSIGNMENT, "unknown or stopped"),
+        (3, {1, 2}, [[1]], ErrorCode.INVALID_REPLICA_ASSIGNMENT, "has 1 replicas"),
+    ],
+)
+async def test_add_partitions_errors(
+    store: ClusterMetadataStore,
+    count: int,
+    live: set[int],
+    manual: list[list[int]] | None,
+    code: ErrorCode,
+    message: str,
+) -> None:
+    await store.create_topic("t", 2, 2, {}, {1, 2})
+    _, before = await store.zk.get(layout.topic_path("t"))
+    with pytest.raises(KafkaError, match=message) as caught:
+        await store.add_partitions("t", count, live, manual)
+    assert caught.value.code is code
+    assert (await store.zk.get(layout.topic_path("t")))[1].version == before.version
+    assert len(await store.zk.get_children(layout.partitions_path("t"))) == 2
+
+
+async def test_add_partitions_to_a_missing_or_moving_topic(store: ClusterMetadataStore) -> None:
+    with pytest.raises(KafkaError) as unknown:
+        await store.add_partitions("nope", 3, {1, 2})
+    assert unknown.value.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    await store.create_topic("moving", 2, 1, {}, {1, 2})
+    data, stat = await store.zk.get(layout.topic_path("moving"))
+    assignment = TopicAssignment.decode("moving", data)
+    # Partition 1 moving from its broker to both (KIP-455: target replicas first).
+    (source,) = assignment.partitions[1]
+    target = 3 - source
+    moving = TopicAssignment(
+        assignment.topic_id,
+        {0: assignment.partitions[0], 1: (target, source)},
+        adding={1: (target,)},
+        removing={1: (source,)},
+    )
+    await store.zk.set(layout.topic_path("moving"), moving.encode(), stat.version)
+    with pytest.raises(KafkaError, match=r"partitions \[1\] of topic 'moving' are being") as busy:
+        await store.add_partitions("moving", 3, {1, 2})
+    assert busy.value.code is ErrorCode.REASSIGNMENT_IN_PROGRESS
+
+
+async def test_concurrent_additions_are_decided_on_what_the_other_wrote(
+    store: ClusterMetadataStore, zk_chroot: str
+) -> None:
+    """Two stores growing one topic at once: the conditional write makes the loser decide again
+    on the winner's assignment, so no partition is written twice or lost."""
+    other = await open_store(zk_chroot)
+    try:
+        await store.create_topic("race", 1, 1, {}, {1, 2})
+        outcomes = await asyncio.gather(
+            store.add_partitions("race", 4, {1, 2}),
+            other.add_partitions("race", 6, {1, 2}),
+            return_exceptions=True,
+        )
+    finally:
+        await other.zk.stop()
+    data, stat = await store.zk.get(layout.topic_path("race"))
+    final = TopicAssignment.decode("race", data).partitions
+    children = await store.zk.get_children(layout.partitions_path("race"))
+    assert sorted(int(child) for child in children) == sorted(final)
+    added = [set(outcome) for outcome in outcomes if isinstance(outcome, dict)]
+    refused = [o for o in outcomes if isinstance(o, KafkaError)]
+    assert len(added) + len(refused) == 2
+    # Either both grew it (to 4, then to 6) or the 6 came first and the 4 was refused.
+    if refused:
+        assert refused[0].code is ErrorCode.INVALID_PARTITIONS
+        assert added == [set(range(1, 6))]
+        assert stat.version == 1
+    else:
+        assert sorted(map(sorted, added)) == [[1, 2, 3], [4, 5]]
+        assert stat.version == 2
+    assert len(final) == 6
+
+
+async def test_cache_shows_added_partitions_whole(
+    store: ClusterMetadataStore, zk_chroot: str
+) -> None:
+    """The watcher follows new partitions of a known topic: the topic is replaced once every
+    new partition's state is loaded (never shown with partitions that have no state), and the
+    change names exactly the new partitions."""
+    await store.create_topic("grows", 2, 1, {}, {1, 2})
+    cache = MetadataCache()
+    watcher_zk = AsyncZooKeeper(zk_chroot)
+    await watcher_zk.start()
+    watcher = MetadataWatcher(watcher_zk, cache)
+    await watcher.start()
+    changes: list[MetadataChange] = []
+    seen: list[int] = []
+
+    def record(change: MetadataChange) -> None:
+        changes.append(change)
+        topic = cache.topic("grows")
+        assert topic is not None
+        seen.append(len(topic.partitions))
+
+    cache.add_listener(record)
+    try:
+        added = await store.add_partitions("grows", 5, {1, 2})
+        await cache.wait_until(lambda c: c.partition("grows", 4) is not None, 5000)
+        topic = cache.topic("grows")
+        assert topic is not None
+        for partition, replicas in added.items():
+            assert topic.partitions[partition].replicas == replicas
+            assert topic.partitions[partition].leader == replicas[0]
+            assert topic.partitions[partition].isr == replicas
+        assert seen == [5]
+        (change,) = changes
+        assert change.partitions_changed == {("grows", 2), ("grows", 3), ("grows", 4)}
+        assert not change.topics_added
+        assert not change.topics_removed
+    finally:
+        await watcher.stop()
+        await watcher_zk.stop()
+
+
 async def test_cache_initial_load_and_updates(store: ClusterMetadataStore, zk_chroot: str) -> None:
     await store.ensure_cluster_id()
     await store.register_broker(registration(1))

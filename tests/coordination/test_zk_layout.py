@@ -6,7 +6,11 @@ from collections import Counter
 
 import pytest
 from riverbed.coordination import layout
-from riverbed.coordination.assignment import assign_replicas
+from riverbed.coordination.assignment import (
+    assign_added_replicas,
+    assign_replicas,
+    check_manual_replicas,
+)
 from riverbed.coordination.layout import (
     BrokerRegistration,
     MalformedZnodeError,
@@ -82,6 +86,48 @@ def test_assignment_spreads_leaders_and_replicas() -> None:
         assert followers == {1: 2, 2: 2, 3: 2}
     with pytest.raises(ValueError, match="replication factor 4"):
         assign_replicas([1, 2, 3], 1, 4)
+
+
+def test_added_partitions_continue_the_round_robin() -> None:
+    """Preferred leaders go on round the brokers from partition 0's, as the topic's own did, so
+    a grown topic leads evenly; every new partition has partition 0's replication factor."""
+    for seed in range(20):
+        existing = assign_replicas([3, 1, 2], 4, 2, random.Random(seed))
+        added = assign_added_replicas([1, 2, 3], existing, 9)
+        assert sorted(added) == list(range(4, 9))
+        both = {**existing, **added}
+        leaders = [both[p][0] for p in range(9)]
+        assert leaders == [[1, 2, 3][(p + leaders[0] - 1) % 3] for p in range(9)]
+        assert Counter(leaders) == {1: 3, 2: 3, 3: 3}
+        assert all(len(set(replicas)) == 2 for replicas in added.values())
+
+
+def test_added_partitions_start_from_the_broker_at_or_after_partition_0s_leader() -> None:
+    # Broker 2 (partition 0's preferred leader) is gone: the round starts at broker 3.
+    added = assign_added_replicas([1, 3, 4], {0: (2, 3)}, 4)
+    assert [added[p][0] for p in (1, 2, 3)] == [4, 1, 3]
+    # Partition 0's leader above every live broker: the round starts at the first one.
+    assert assign_added_replicas([1, 2], {0: (9,)}, 3) == {1: (2,), 2: (1,)}
+    with pytest.raises(ValueError, match=r"replication factor 3 must be in 1\.\.2"):
+        assign_added_replicas([1, 2], {0: (1, 2, 3)}, 2)
+
+
+@pytest.mark.parametrize(
+    ("replicas", "error"),
+    [
+        ([[1, 2], []], "replica list 1 is empty"),
+        ([[1, 1]], r"replica list 0 names a broker twice: \[1, 1\]"),
+        ([[1, 7]], r"unknown or stopped brokers \[7\] \(live: \[1, 2, 3\]\)"),
+        ([[2, 3], [1]], "replica list 1 has 1 replicas; the topic's partitions have 2"),
+    ],
+)
+def test_manual_replicas_are_checked(replicas: list[list[int]], error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        check_manual_replicas(replicas, 2, {1, 2, 3})
+
+
+def test_manual_replicas_that_fit() -> None:
+    check_manual_replicas([[3, 1], [1, 2]], 2, {1, 2, 3})
 
 
 def test_an_assignment_cannot_move_replicas_it_does_not_have() -> None:

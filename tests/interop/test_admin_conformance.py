@@ -15,7 +15,6 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 import confluent_kafka
@@ -39,7 +38,7 @@ from confluent_kafka.admin import (
 from kafka.protocol.metadata import MetadataRequest
 from riverbed.coordination.embedded_zk import EmbeddedZooKeeper
 
-from tests.support.cluster import TestCluster
+from tests.support.cluster import TestCluster, shared_cluster
 from tests.support.kafka_topic_configs import KAFKA_TOPIC_CONFIGS
 
 TIMEOUT_S = 30.0
@@ -60,15 +59,8 @@ def cluster(
     zookeeper: EmbeddedZooKeeper, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TestCluster]:
     """Three brokers shared by this module's tests (each test uses topics of its own)."""
-    home: Path = tmp_path_factory.mktemp("conformance")
-    chroot = f"{zookeeper.connect_string}/conformance-{uuid.uuid4().hex[:12]}"
-    cluster = TestCluster(3, zk_connect=chroot, home=home)
-    try:
-        asyncio.run(cluster.start())
-        yield cluster
-    finally:
-        cluster.kill_all()
-        print(cluster.describe_logs())
+    with shared_cluster(zookeeper.connect_string, tmp_path_factory.mktemp("conformance")) as made:
+        yield made
 
 
 def new_name(stem: str) -> str:

@@ -163,6 +163,13 @@ async def delete_topic(c: BrokerConnection) -> set[int]:
     return {t.error_code for t in response.responses}
 
 
+async def create_partitions(c: BrokerConnection) -> set[int]:
+    grown = m.CreatePartitionsRequest.CreatePartitionsTopic(name=TOPIC, count=2)
+    request = m.CreatePartitionsRequest(topics=[grown], timeout_ms=10_000, validate_only=True)
+    response = await c.call(request, m.CreatePartitionsResponse)
+    return {result.error_code for result in response.results}
+
+
 async def delete_records(c: BrokerConnection) -> set[int]:
     partition = m.DeleteRecordsRequest.DeleteRecordsPartition(partition_index=0, offset=-1)
     request = m.DeleteRecordsRequest(
@@ -367,6 +374,8 @@ PROBES: Final = (
           either(cluster_may(Op.CREATE), may(Op.CREATE, T, "fresh")), create_topic),
     Probe("DeleteTopics", _E.TOPIC_AUTHORIZATION_FAILED, may(Op.DELETE, T, DOOMED), delete_topic),
     Probe("DeleteRecords", _E.TOPIC_AUTHORIZATION_FAILED, may(Op.DELETE, T, TOPIC), delete_records),
+    Probe("CreatePartitions", _E.TOPIC_AUTHORIZATION_FAILED, may(Op.ALTER, T, TOPIC),
+          create_partitions),
     Probe("DescribeConfigs (topic)", _E.TOPIC_AUTHORIZATION_FAILED,
           may(Op.DESCRIBE_CONFIGS, T, TOPIC), describe_configs(RESOURCE_TOPIC, TOPIC)),
     Probe("DescribeConfigs (broker)", _E.CLUSTER_AUTHORIZATION_FAILED,
@@ -421,6 +430,7 @@ GRANTS: Final[tuple[list[AclBinding], ...]] = (
     acl(G, GROUP, Op.DELETE),
     acl(T, TOPIC, Op.DESCRIBE_CONFIGS),
     acl(T, TOPIC, Op.ALTER_CONFIGS),
+    acl(T, TOPIC, Op.ALTER),
     acl(T, "fre", Op.CREATE, pattern_type=PatternType.PREFIXED),
     cluster_acl(Op.DESCRIBE_CONFIGS),
     cluster_acl(Op.ALTER_CONFIGS),

@@ -28,6 +28,7 @@ Fixture (needs `zk_connect`): `cluster_factory(size, settings=None)`, awaited, r
 `TestCluster` whose every broker lists all `size` brokers in its Metadata. Each cluster gets its
 own ZooKeeper chroot under the test's. Every broker of every cluster is SIGKILLed at teardown
 whatever the outcome, and its log tail printed (pytest shows it when the test failed).
+`shared_cluster` does the same for a module fixture whose tests share one cluster.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ import asyncio
 import inspect
 import os
 import signal
+import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar, overload
 
@@ -333,6 +336,22 @@ async def _gather_all(waits: Iterable[Awaitable[object]]) -> None:
     for result in results:
         if isinstance(result, BaseException):
             raise result
+
+
+@contextmanager
+def shared_cluster(
+    zk_connect: str, home: Path, size: int = 3, settings: Mapping[str, str] | None = None
+) -> Iterator[TestCluster]:
+    """A started cluster in a chroot of its own under `zk_connect`, for the tests of a module to
+    share (each with topics of its own); SIGKILLed at the end, its log tails printed."""
+    chroot = f"{zk_connect}/{home.name}-{uuid.uuid4().hex[:12]}"
+    cluster = TestCluster(size, zk_connect=chroot, home=home, settings=settings)
+    try:
+        asyncio.run(cluster.start())
+        yield cluster
+    finally:
+        cluster.kill_all()
+        print(cluster.describe_logs())
 
 
 class ClusterFactory(Protocol):

@@ -1,23 +1,26 @@
-"""CreateTopics and DeleteTopics, served by the controller like Kafka's admin clients expect.
+"""CreateTopics, DeleteTopics and CreatePartitions, served by the controller like Kafka's admin
+clients expect.
 
-Topic changes are conditional writes in ZooKeeper (a topic's znodes are created or removed in one
-transaction). As Kafka's controller does (DelayedCreatePartitions, DelayedDeleteTopics), the
-answer waits, up to the request's `timeout_ms`, until this broker's own metadata shows the
-change: a created topic with its leaders (and the partitions led here serving), a deleted topic
-gone from the cache and from the disk. So a client that creates a topic and produces right away
-finds it, and one that deletes a topic and asks this broker for Metadata no longer sees it.
-Other brokers may lag, as in Kafka. A topic whose change is not visible when the timeout ends
-gets REQUEST_TIMED_OUT (the change itself is made and will show); `timeout_ms` <= 0 answers
-at once, as Kafka's does.
+Topic changes are conditional writes in ZooKeeper (a topic's znodes are created or removed, or
+its partitions added, in one transaction). As Kafka's controller does (DelayedCreatePartitions,
+DelayedDeleteTopics), the answer waits, up to the request's `timeout_ms`, until this broker's own
+metadata shows the change: a created topic, or a topic's added partitions, with their leaders
+(and the partitions led here serving), a deleted topic gone from the cache and from the disk. So
+a client that creates a topic or adds partitions and produces right away finds them, and one
+that deletes a topic and asks this broker for Metadata no longer sees it. Other brokers may lag,
+as in Kafka. A topic whose change is not visible when the timeout ends gets REQUEST_TIMED_OUT
+(the change itself is made and will show); `timeout_ms` <= 0 answers at once, as Kafka's does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 
+from riverbed.broker.groups.offsets_topic import OFFSETS_TOPIC
 from riverbed.broker.handlers.context import BrokerContext
 from riverbed.broker.handlers.zookeeper_bound import zookeeper_bound
 from riverbed.configs import ConfigError, effective_topic_config, validate_topic_configs
@@ -29,6 +32,7 @@ from riverbed.security.acl import AclOperation, ResourceType
 CreatableTopicResult = m.CreateTopicsResponse.CreatableTopicResult
 CreatableTopicConfigs = m.CreateTopicsResponse.CreatableTopicConfigs
 DeletableTopicResult = m.DeleteTopicsResponse.DeletableTopicResult
+CreatePartitionsTopicResult = m.CreatePartitionsResponse.CreatePartitionsTopicResult
 ZERO_UUID = uuid.UUID(int=0)
 # Bounds the wait of a request whose timeout_ms is huge (INT32_MAX, meaning "no timeout").
 ADMIN_TIMEOUT_MS_MAX = 120_000
@@ -209,6 +213,79 @@ async def handle_delete_topics(
     return m.DeleteTopicsResponse(responses=results)
 
 
+async def handle_create_partitions(
+    ctx: BrokerContext, request: m.CreatePartitionsRequest, access: Access
+) -> m.CreatePartitionsResponse:
+    """Adds partitions to topics (ClusterMetadataStore.add_partitions). As in Kafka: one result
+    per topic named; NOT_CONTROLLER off the controller; a topic named twice gets
+    INVALID_REQUEST; the others need ALTER on the topic (TOPIC_AUTHORIZATION_FAILED, before
+    whether it exists). `__consumer_offsets` keeps its partition count (INVALID_REQUEST): a
+    group's coordinator is the partition its id hashes to among them, so more partitions would
+    move most groups away from their committed offsets."""
+    started_s = asyncio.get_running_loop().time()
+    named = Counter(topic.name for topic in request.topics)
+    duplicates = {name for name, times in named.items() if times > 1}
+    denied = _alter_refusals(ctx, [name for name in named if name not in duplicates], access)
+    results: dict[str, CreatePartitionsTopicResult] = {}
+    added: dict[str, frozenset[int]] = {}  # topic -> its new partitions
+    for topic in request.topics:
+        if topic.name in results:
+            continue  # a duplicate, answered once
+        result = results[topic.name] = CreatePartitionsTopicResult(name=topic.name)
+        try:
+            _check_controller(ctx)
+            if topic.name in duplicates:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "the topic is named more than once")
+            if topic.name in denied:
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
+            what = f"adding partitions to topic {topic.name!r}"
+            async with _topic_write(ctx, what, request, started_s):
+                placed = await _add_partitions(ctx, topic, validate_only=request.validate_only)
+        except KafkaError as error:
+            result.error_code = error.code
+            result.error_message = error.message or None
+            continue
+        if not request.validate_only:
+            added[topic.name] = frozenset(placed)
+
+    late = await _wait_applied(
+        ctx, list(added), lambda name: ctx.topic_created(name, added[name]), request.timeout_ms
+    )
+    for name in late:
+        results[name].error_code = ErrorCode.REQUEST_TIMED_OUT
+        results[name].error_message = (
+            f"partitions {sorted(added[name])} are added to topic {name!r}, but broker "
+            f"{ctx.broker_id} did not know their leaders within timeout_ms={request.timeout_ms}"
+        )
+    return m.CreatePartitionsResponse(results=list(results.values()))
+
+
+def _alter_refusals(ctx: BrokerContext, names: list[str], access: Access) -> frozenset[str]:
+    """The topics the principal may not ALTER (checked on the controller only)."""
+    if not access.enabled or ctx.cache.controller_id != ctx.broker_id:
+        return frozenset()
+    return access.denied(AclOperation.ALTER, ResourceType.TOPIC, names)
+
+
+async def _add_partitions(
+    ctx: BrokerContext,
+    topic: m.CreatePartitionsRequest.CreatePartitionsTopic,
+    *,
+    validate_only: bool,
+) -> dict[int, tuple[int, ...]]:
+    """The new partitions' replicas, written unless `validate_only`."""
+    if topic.name == OFFSETS_TOPIC:
+        raise KafkaError(
+            ErrorCode.INVALID_REQUEST,
+            f"the partition count of {OFFSETS_TOPIC} cannot be changed: groups are placed on "
+            "its partitions by it, and would lose their committed offsets",
+        )
+    manual = None if topic.assignments is None else [a.broker_ids for a in topic.assignments]
+    return await ctx.store.add_partitions(
+        topic.name, topic.count, sorted(ctx.cache.brokers()), manual, validate_only=validate_only
+    )
+
+
 async def _wait_applied(
     ctx: BrokerContext, names: list[str], applied: Callable[[str], bool], timeout_ms: int
 ) -> frozenset[str]:
@@ -234,7 +311,7 @@ def _check_delete_allowed(access: Access, result: DeletableTopicResult, name: st
 def _topic_write(
     ctx: BrokerContext,
     what: str,
-    request: m.CreateTopicsRequest | m.DeleteTopicsRequest,
+    request: m.CreateTopicsRequest | m.DeleteTopicsRequest | m.CreatePartitionsRequest,
     started_s: float,
 ) -> AbstractAsyncContextManager[None]:
     """The controller's ZooKeeper write for one topic of `request`: all of them together within

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -13,7 +13,7 @@ from riverbed.broker.metrics import BrokerMetrics
 from riverbed.configs import BrokerConfig
 from riverbed.coordination.controller import Controller
 from riverbed.coordination.metadata import ClusterMetadataStore
-from riverbed.coordination.metadata_cache import MetadataCache
+from riverbed.coordination.metadata_cache import MetadataCache, TopicMetadata
 from riverbed.coordination.producer_ids import ProducerIdIssuer
 from riverbed.hot.replication.isr import IsrManager
 from riverbed.hot.replication.partitions import Partition, PartitionManager
@@ -104,21 +104,32 @@ class BrokerContext:
         metadata = self.cache.topic(name)
         if metadata is None:
             return False
-        for index, state in metadata.partitions.items():
-            if state.leader == self.broker_id:
-                partition = self.partitions.get(name, index)
+        return self._serves_leaderships(metadata, metadata.partitions.keys())
+
+    def topic_created(self, name: str, indexes: Collection[int] | None = None) -> bool:
+        """What CreateTopics and CreatePartitions wait for, as Kafka's DelayedCreatePartitions:
+        every partition of `name` (or those `indexes`, all of which must be known) has a leader
+        in this broker's metadata, and those led here are served. (A topic whose partition went
+        offline later is still applied: Metadata describes it.)"""
+        metadata = self.cache.topic(name)
+        if metadata is None:
+            return False
+        wanted = metadata.partitions.keys() if indexes is None else indexes
+        for index in wanted:
+            state = metadata.partitions.get(index)
+            if state is None or state.leader < 0:
+                return False
+        return self._serves_leaderships(metadata, wanted)
+
+    def _serves_leaderships(self, metadata: TopicMetadata, indexes: Collection[int]) -> bool:
+        """Whether this broker leads, as a serving leader, each of those partitions that
+        ZooKeeper says it leads."""
+        for index in indexes:
+            if metadata.partitions[index].leader == self.broker_id:
+                partition = self.partitions.get(metadata.name, index)
                 if partition is None or not partition.is_leader:
                     return False
         return True
-
-    def topic_created(self, name: str) -> bool:
-        """What CreateTopics waits for, as Kafka's DelayedCreatePartitions: every partition of
-        `name` has a leader in this broker's metadata, and those led here are served. (A topic
-        whose partitions went offline later is still applied: Metadata describes it.)"""
-        metadata = self.cache.topic(name)
-        if metadata is None or any(s.leader < 0 for s in metadata.partitions.values()):
-            return False
-        return self.topic_applied(name)
 
     def leader_partition(self, topic: str, index: int, current_leader_epoch: int = -1) -> Partition:
         """The local leader replica of a partition, or the Kafka error the client must see."""
