@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager
+from typing import Protocol
 
 from riverbed.broker.groups.offsets_topic import OFFSETS_TOPIC
 from riverbed.broker.handlers.context import BrokerContext
@@ -72,14 +73,9 @@ async def handle_create_topics(
         result.replication_factor = _replication_factor(ctx, topic)
         if not request.validate_only:
             created.append(topic.name)
-    late = await _wait_applied(ctx, created, ctx.topic_created, request.timeout_ms)
-    for result in results:
-        if result.name in late:
-            result.error_code = ErrorCode.REQUEST_TIMED_OUT
-            result.error_message = (
-                f"topic {result.name!r} is created, but broker {ctx.broker_id} did not know "
-                f"its leaders within timeout_ms={request.timeout_ms}"
-            )
+    await _answer_once_applied(
+        ctx, results, created, ctx.topic_created, request.timeout_ms, "created; its leaders"
+    )
     return m.CreateTopicsResponse(topics=results)
 
 
@@ -202,14 +198,9 @@ async def handle_delete_topics(
         gone = current is None or current.topic_id != deleted[name]  # or created again since
         return gone and not ctx.partitions.hosts_topic(name)
 
-    late = await _wait_applied(ctx, list(deleted), forgotten, request.timeout_ms)
-    for result in results:
-        if result.name in late:
-            result.error_code = ErrorCode.REQUEST_TIMED_OUT
-            result.error_message = (
-                f"topic {result.name!r} is deleted, but broker {ctx.broker_id} still had it "
-                f"after timeout_ms={request.timeout_ms}"
-            )
+    await _answer_once_applied(
+        ctx, results, list(deleted), forgotten, request.timeout_ms, "deleted; its removal"
+    )
     return m.DeleteTopicsResponse(responses=results)
 
 
@@ -248,15 +239,14 @@ async def handle_create_partitions(
         if not request.validate_only:
             added[topic.name] = frozenset(placed)
 
-    late = await _wait_applied(
-        ctx, list(added), lambda name: ctx.topic_created(name, added[name]), request.timeout_ms
+    await _answer_once_applied(
+        ctx,
+        results.values(),
+        list(added),
+        lambda name: ctx.topic_created(name, added[name]),
+        request.timeout_ms,
+        "given partitions; their leaders",
     )
-    for name in late:
-        results[name].error_code = ErrorCode.REQUEST_TIMED_OUT
-        results[name].error_message = (
-            f"partitions {sorted(added[name])} are added to topic {name!r}, but broker "
-            f"{ctx.broker_id} did not know their leaders within timeout_ms={request.timeout_ms}"
-        )
     return m.CreatePartitionsResponse(results=list(results.values()))
 
 
@@ -286,15 +276,38 @@ async def _add_partitions(
     )
 
 
-async def _wait_applied(
-    ctx: BrokerContext, names: list[str], applied: Callable[[str], bool], timeout_ms: int
-) -> frozenset[str]:
-    """Wait, within `timeout_ms`, until `applied(name)` holds for every name; the names for
-    which it still does not. Kafka answers at once when timeout_ms <= 0."""
+class _TopicResult(Protocol):
+    """A per-topic result of CreateTopics, DeleteTopics or CreatePartitions."""
+
+    @property
+    def name(self) -> str | None: ...
+
+    error_code: int
+    error_message: str | None
+
+
+async def _answer_once_applied(
+    ctx: BrokerContext,
+    results: Iterable[_TopicResult],
+    names: list[str],
+    applied: Callable[[str], bool],
+    timeout_ms: int,
+    what: str,
+) -> None:
+    """Wait, within `timeout_ms`, until `applied(name)` holds for every name (Kafka answers at
+    once when timeout_ms <= 0); a topic for which it still does not then gets REQUEST_TIMED_OUT
+    (`what`: what was done, and what this broker has not seen yet)."""
     if not names or timeout_ms <= 0:
-        return frozenset()
+        return
     await ctx.wait_until(lambda: all(applied(name) for name in names), _timeout_s(timeout_ms))
-    return frozenset(name for name in names if not applied(name))
+    late = frozenset(name for name in names if not applied(name))
+    for result in results:
+        if result.name in late:
+            result.error_code = ErrorCode.REQUEST_TIMED_OUT
+            result.error_message = (
+                f"topic {result.name!r}: {what} not yet seen by broker {ctx.broker_id} "
+                f"within timeout_ms={timeout_ms}"
+            )
 
 
 def _check_delete_allowed(access: Access, result: DeletableTopicResult, name: str | None) -> None:
