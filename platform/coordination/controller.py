@@ -52,7 +52,7 @@ from riverbed.coordination.partition_election import (
     reconcile,
     still_led_by,
 )
-from riverbed.coordination.zk import BadVersionError, NoNodeError, ZkError
+from riverbed.coordination.zk import BadVersionError, NoNodeError, ZkConnectionError, ZkError
 from riverbed.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -261,7 +261,13 @@ class Controller:
             raise  # ends this controller; the request fails with NOT_CONTROLLER
         except KafkaError as error:
             outcome = error
-        except Exception as error:  # ZooKeeper unreachable (or a bug): the requester retries
+        except ZkConnectionError as error:
+            # ZooKeeper went away mid-request: the same answer as a request that waited for it
+            # in vain (REQUEST_TIMED_OUT, retriable), not a server error.
+            outcome = KafkaError(
+                ErrorCode.REQUEST_TIMED_OUT, f"ZooKeeper connection lost mid-request: {error}"
+            )
+        except Exception as error:  # a bug: the requester retries
             log.warning("controller request failed", exc_info=True)
             outcome = KafkaError(
                 ErrorCode.UNKNOWN_SERVER_ERROR, f"controller request failed: {error}"
