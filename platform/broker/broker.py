@@ -25,38 +25,34 @@ from riverbed.broker.metrics import BrokerMetrics
 from riverbed.broker.metrics_server import MetricsServer
 from riverbed.broker.metrics_state import BrokerStateCollector
 from riverbed.broker.network.server import AuthenticatorFactory, KafkaServer, ServerLimits
+from riverbed.broker.partition_roles import PartitionRoles, log_config
 from riverbed.common.log_events import event
 from riverbed.configs import (
     CONFIG_RULES,
     BrokerConfig,
     TopicConfig,
-    effective_topic_config,
     topic_config,
 )
 from riverbed.coordination.controller import Controller
 from riverbed.coordination.controller_election import ControllerElection
-from riverbed.coordination.layout import NO_LEADER, BrokerRegistration
+from riverbed.coordination.layout import BrokerRegistration
 from riverbed.coordination.metadata import ClusterMetadataStore
 from riverbed.coordination.metadata_cache import (
     MetadataCache,
     MetadataChange,
     MetadataWatcher,
-    PartitionMetadata,
     TopicMetadata,
 )
 from riverbed.coordination.producer_ids import ProducerIdAllocator, ProducerIdIssuer
 from riverbed.coordination.zk import AsyncZooKeeper, ConnectionState
-from riverbed.hot.replication.followers import monotonic_ms
 from riverbed.hot.replication.inter_broker import InterBrokerDialer
 from riverbed.hot.replication.isr import IsrManager
-from riverbed.hot.replication.partitions import Partition, PartitionManager
+from riverbed.hot.replication.partitions import PartitionManager
 from riverbed.hot.replication.replica_fetcher import ReplicaFetcherManager
 from riverbed.hot.storage.cleaner import CleanerSettings, LogCleaner
 from riverbed.hot.storage.data_dir import check_data_dir_identity
-from riverbed.hot.storage.log import LogConfig
 from riverbed.hot.storage.log_manager import LogManager
 from riverbed.hot.storage.retention import apply_retention
-from riverbed.protocol.errors import KafkaError
 from riverbed.security.acl_cache import AclCache
 from riverbed.security.acl_store import AclStore
 from riverbed.security.authorizer import Authorizer
@@ -107,7 +103,8 @@ class Broker:
         self._registration_task: asyncio.Task[None] | None = None
         # The zxid that created our current registration (Kafka's broker epoch, KIP-380).
         self._broker_epoch = 0
-        self._applying_metadata = False
+        # Applies metadata to the hosted partitions, once our registration is known.
+        self._roles: PartitionRoles | None = None
         self._log_manager: LogManager | None = None
         self._servers: list[KafkaServer] = []  # one per listener, in `listeners` order
         self._ctx: BrokerContext | None = None
@@ -136,7 +133,8 @@ class Broker:
         data_dir = Path(config.log_dir)
         await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
         # Local logs first: recovery must finish before anything is served.
-        self._log_manager = await asyncio.to_thread(LogManager, data_dir, self._log_config({}))
+        defaults = log_config(self.config, {})
+        self._log_manager = await asyncio.to_thread(LogManager, data_dir, defaults)
         stack.push_async_callback(self._close_logs)
         partitions = PartitionManager(self._log_manager, config.broker_id)
         await self._zk.start()
@@ -201,8 +199,15 @@ class Broker:
         await self._election.start()
         stack.push_async_callback(self._election.stop)
         await self._cache_caught_up()
-        self._applying_metadata = True
-        self._apply_metadata()
+        self._roles = PartitionRoles(
+            self.config,
+            self._cache,
+            self._require_ctx(),
+            self._fetchers,
+            self._log_manager,
+            lambda: self._broker_epoch,
+        )
+        self._roles.apply_all()
         await isr_manager.start()
         for server in self._servers:
             await server.start()
@@ -296,10 +301,6 @@ class Broker:
         config = topic_config(self.config, metadata.configs)
         self._topic_configs[topic] = (metadata, config)
         return config
-
-    def _log_config(self, overrides: Mapping[str, str]) -> LogConfig:
-        effective = effective_topic_config(self.config, overrides)
-        return LogConfig.from_topic_config({k: v.value for k, v in effective.items() if v.value})
 
     def _ssl_contexts(self) -> dict[str, ssl.SSLContext]:
         """The TLS context of each TLS listener, by listener name (one, shared)."""
@@ -403,108 +404,10 @@ class Broker:
                 REGISTRATION_WAIT_MS,
             )
 
-    def _on_metadata_change(self, _change: MetadataChange) -> None:
+    def _on_metadata_change(self, change: MetadataChange) -> None:
         # Roles are judged against this incarnation's registration: none before it is known.
-        if self._applying_metadata:
-            self._apply_metadata()
-
-    def _apply_metadata(self) -> None:
-        """Make the hosted partitions match ZooKeeper: open, lead, follow, or delete."""
-        ctx = self._require_ctx()
-        wanted: set[tuple[str, int]] = set()
-        for topic in self._cache.topics().values():
-            typed = topic_config(self.config, topic.configs)
-            log_append_time = typed.message_timestamp_type == "LogAppendTime"
-            config = self._log_config(topic.configs)
-            for index, state in topic.partitions.items():
-                if self.config.broker_id not in state.replicas:
-                    continue
-                wanted.add((topic.name, index))
-                partition = ctx.partitions.ensure(topic.name, index, config, topic.topic_id)
-                partition.log_append_time = log_append_time
-                partition.min_insync_replicas = typed.min_insync_replicas
-                try:
-                    self._apply_role(partition, state)
-                except KafkaError as error:  # one failing disk must not stop the others
-                    log.error("%s: cannot take its role: %s", partition, error)
-                ctx.groups.on_partition_role(partition)
-        for topic_name, index in ctx.partitions.hosted() - wanted:
-            removed = ctx.partitions.get(topic_name, index)
-            if removed is not None:
-                self._fetchers.unfollow(removed)
-            ctx.partitions.remove(topic_name, index, delete_data=True)
-            if removed is not None:
-                ctx.groups.on_partition_role(removed)  # closed: it leads no more
-        assert self._log_manager is not None
-        for topic_name, index in set(self._log_manager.partitions()) - wanted:
-            # Left on disk by a topic deleted while this broker was down.
-            self._log_manager.delete(topic_name, index)
-        if ctx.tiering is not None:
-            ctx.tiering.wake()  # a leadership or remote.storage.enable may be new
-        ctx.metadata_applied()
-
-    def _apply_role(self, partition: Partition, state: PartitionMetadata) -> None:
-        isr = frozenset(state.isr)
-        if state.leader == self.config.broker_id:
-            same_term = partition.is_leader and partition.leader_epoch == state.leader_epoch
-            if (
-                same_term
-                and state.state_version <= partition.state_version
-                and state.replicas == partition.replicas
-            ):
-                return  # our own ISR write coming back, or an older state arriving late
-            if not same_term and state.state_modified_zxid < self._broker_epoch:
-                # Written before this incarnation registered: the leadership was our previous
-                # incarnation's (whose log tail may be lost). The controller fences it with a
-                # new epoch; until then nobody leads here.
-                if partition.become_follower(NO_LEADER, state.leader_epoch, state.replicas, isr):
-                    self._fetchers.unfollow(partition)
-                    event(
-                        log,
-                        logging.INFO,
-                        "partition.leadership_refused",
-                        topic=partition.topic,
-                        partition=partition.index,
-                        leader_epoch=state.leader_epoch,
-                        reason="decided before this broker registered; waiting for the controller",
-                    )
-                return
-            self._fetchers.unfollow(partition)
-            if partition.become_leader(
-                state.leader_epoch, state.replicas, isr, state.state_version, monotonic_ms()
-            ):
-                event(
-                    log,
-                    logging.INFO,
-                    "partition.leading",
-                    topic=partition.topic,
-                    partition=partition.index,
-                    leader_epoch=state.leader_epoch,
-                    isr=list(state.isr),
-                )
-            return
-        if partition.become_follower(state.leader, state.leader_epoch, state.replicas, isr):
-            if state.leader == NO_LEADER:
-                self._fetchers.unfollow(partition)
-                event(
-                    log,
-                    logging.WARNING,
-                    "partition.leaderless",
-                    topic=partition.topic,
-                    partition=partition.index,
-                    leader_epoch=state.leader_epoch,
-                )
-            else:
-                self._fetchers.follow(partition)
-                event(
-                    log,
-                    logging.INFO,
-                    "partition.following",
-                    topic=partition.topic,
-                    partition=partition.index,
-                    leader=state.leader,
-                    leader_epoch=state.leader_epoch,
-                )
+        if self._roles is not None:
+            self._roles.on_change(change)
 
     async def _checkpoint_loop(self) -> None:
         assert self._log_manager is not None

@@ -6,9 +6,13 @@ requests, so the controller only decides and writes. It is active on the broker 
 ControllerElection won (`on_election_change`) and owns one task that handles one event at a time:
 
 - a **reconciliation pass** after any metadata change (brokers, topics, partition states, topic
-  configs, the controller): every partition is checked against the brokers with
-  `partition_election.reconcile`. The pass reads the whole cache afresh, so changes that arrive
-  together are handled together and none is missed however they are coalesced.
+  configs, the controller): partitions are checked against the brokers with
+  `partition_election.reconcile`, reading the cache afresh, so changes that arrive together are
+  handled together and none is missed however they are coalesced. A change of the brokers (or of
+  the controller, or a failed pass) checks every partition; a change of some partitions' states,
+  assignments or topic configs checks those only. Leaders' ISR writes reach the controller one
+  watch event at a time, and a whole pass for each made a broker's restart cost the controller
+  partitions times ISR changes.
 - a **controlled shutdown** request (ControlledShutdown API, `controlled_shutdown`).
 
 Every write is one ZooKeeper transaction (`ClusterMetadataStore.write_partition_states`): a check
@@ -117,7 +121,9 @@ class Controller:
         self._epoch_version = 0
         self._registrations: dict[int, int | None] = {}  # broker -> epoch last seen
         self._shutting_down: set[int] = set()
-        self._rescan = False
+        # What the next pass checks: every partition, or those changed since the last pass.
+        self._rescan_all = False
+        self._dirty: set[TopicPartition] = set()
         self._requests: deque[_Request] = deque()
         self._wakeup = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -167,7 +173,7 @@ class Controller:
         self._shutting_down.clear()
         self._active = True
         self._cache.add_listener(self._on_metadata_change)
-        self._rescan = True
+        self._rescan_all = True
         self._wakeup = asyncio.Event()
         self._wakeup.set()
         task = asyncio.get_running_loop().create_task(
@@ -202,11 +208,27 @@ class Controller:
             ErrorCode.NOT_CONTROLLER, f"broker {self.broker_id} is not the active controller"
         )
 
-    def _on_metadata_change(self, _change: MetadataChange) -> None:
-        self._request_pass()
+    def _on_metadata_change(self, change: MetadataChange) -> None:
+        if (
+            change.brokers_added
+            or change.brokers_removed
+            or change.controller_changed
+            or change.broker_configs_changed  # a cluster-wide unclean.leader.election.enable
+        ):
+            self._request_pass()
+            return
+        dirty = self._dirty
+        dirty.update(change.partitions_changed)
+        for name in change.topics_added | change.configs_changed:
+            topic = self._cache.topic(name)
+            if topic is not None:
+                dirty.update((name, index) for index in topic.partitions)
+        if dirty:
+            self._wakeup.set()
 
     def _request_pass(self) -> None:
-        self._rescan = True
+        """Check every partition at the next pass."""
+        self._rescan_all = True
         self._wakeup.set()
 
     # ---- the event loop ---------------------------------------------------------------------
@@ -219,9 +241,11 @@ class Controller:
                 while self._requests:
                     await self._serve(*self._requests[0])
                     self._requests.popleft()
-                if self._rescan:
-                    self._rescan = False
-                    await self._reconcile()
+                if self._rescan_all or self._dirty:
+                    keys = None if self._rescan_all else self._dirty
+                    self._rescan_all = False
+                    self._dirty = set()
+                    await self._reconcile(keys)
             except ControllerMovedError:
                 log.warning("broker %d: another controller was elected", self.broker_id)
                 self._resign()
@@ -233,7 +257,7 @@ class Controller:
                     log.warning("controller pass failed: %s", error)
                 else:
                     log.exception("controller pass failed")
-                self._rescan = True
+                self._rescan_all = True
                 await asyncio.sleep(RETRY_BACKOFF_MS / 1000)
                 wakeup.set()
 
@@ -281,10 +305,11 @@ class Controller:
 
     # ---- decisions --------------------------------------------------------------------------
 
-    async def _reconcile(self) -> None:
-        """One pass: elect leaders where they are lost, drop lost brokers from ISRs."""
+    async def _reconcile(self, keys: Collection[TopicPartition] | None) -> None:
+        """One pass over `keys` (None: every partition): elect leaders where they are lost, drop
+        lost brokers from ISRs, finish reassignments whose targets are in sync."""
         self._note_registrations()
-        snapshots = self._snapshots()
+        snapshots = self._snapshots(keys)
         brokers = self._broker_view()
 
         def decide(snapshot: _Snapshot) -> LeaderAndIsr | None:
@@ -301,7 +326,7 @@ class Controller:
             return change
 
         await self._apply(snapshots, decide)
-        await self._finish_reassignments()
+        await self._finish_reassignments(snapshots)
 
     async def _shut_down(self, broker_id: int) -> list[TopicPartition]:
         self._note_registrations()
@@ -328,15 +353,18 @@ class Controller:
             if still_led_by(s.replicas, now.get(s.key, s.current), broker_id)
         ]
 
-    async def _finish_reassignments(self) -> None:
-        """Shrink the replica set of every reassignment whose target replicas are all in sync.
-        A conflict (an ISR write meanwhile) fails the pass, which is retried after a backoff."""
+    async def _finish_reassignments(self, snapshots: Iterable[_Snapshot]) -> None:
+        """Shrink the replica set of each of these partitions whose reassignment has its target
+        replicas all in sync (as the cache has them now, after this pass's writes). A conflict
+        (an ISR write meanwhile) fails the pass, which is retried after a backoff."""
         moves: dict[TopicPartition, reassignment.ReplicaSet] = {}
-        for topic in self._cache.topics().values():
-            for index, state in topic.partitions.items():
-                done = reassignment.finished(_replica_set(state), state.isr)
-                if done is not None:
-                    moves[(topic.name, index)] = done
+        for snapshot in snapshots:
+            state = self._cache.partition(snapshot.topic, snapshot.partition)
+            if state is None:
+                continue
+            done = reassignment.finished(_replica_set(state), state.isr)
+            if done is not None:
+                moves[snapshot.key] = done
         if moves:
             await self._write_moves(moves)
 
@@ -490,10 +518,23 @@ class Controller:
             live=frozenset(self._registrations), shutting_down=frozenset(self._shutting_down)
         )
 
-    def _snapshots(self) -> list[_Snapshot]:
+    def _snapshots(self, keys: Collection[TopicPartition] | None = None) -> list[_Snapshot]:
+        """The partitions named by `keys` (None: all) that the cache has, in order."""
+        if keys is None:
+            states = [
+                (topic.name, index, state)
+                for topic in self._cache.topics().values()
+                for index, state in sorted(topic.partitions.items())
+            ]
+        else:
+            states = [
+                (topic, index, state)
+                for topic, index in sorted(keys)
+                if (state := self._cache.partition(topic, index)) is not None
+            ]
         return [
             _Snapshot(
-                topic.name,
+                topic,
                 index,
                 state.replicas,
                 LeaderAndIsr(state.leader, state.isr),
@@ -501,8 +542,7 @@ class Controller:
                 state.state_version,
                 state.state_modified_zxid,
             )
-            for topic in self._cache.topics().values()
-            for index, state in sorted(topic.partitions.items())
+            for topic, index, state in states
         ]
 
     # ---- fencing of restarted brokers ------------------------------------------------------

@@ -21,7 +21,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from riverbed.coordination import layout
@@ -267,6 +267,20 @@ class MetadataCache:
         configs = frozenset({metadata.name} if previous.configs != metadata.configs else ())
         self._notify(MetadataChange(partitions_changed=frozenset(changed), configs_changed=configs))
 
+    def apply_partitions(self, name: str, states: Mapping[int, PartitionMetadata]) -> None:
+        """Replace some partitions of a known topic: the cost follows the partitions that
+        changed, not the topic's size (a leadership move touches a few of thousands)."""
+        previous = self._topics.get(name)
+        if previous is None:
+            raise KeyError(f"topic {name!r} is not in the cache")
+        changed = {p: state for p, state in states.items() if previous.partitions.get(p) != state}
+        if not changed:
+            return
+        # Copy on write: readers keep the snapshot they hold. A dict copy is C-speed, far below
+        # what each changed partition costs its listeners.
+        self._store(replace(previous, partitions={**previous.partitions, **changed}))
+        self._notify(MetadataChange(partitions_changed=frozenset((name, p) for p in changed)))
+
     def apply_topic_removed(self, name: str) -> None:
         previous = self._topics.get(name)
         if previous is not None:
@@ -293,7 +307,8 @@ class MetadataCache:
 
 @dataclass(slots=True)
 class _TopicParts:
-    """What has been read of one topic so far; published to the cache once complete."""
+    """What has been read of one topic so far; published to the cache once complete, then
+    partition by partition as states change."""
 
     name: str
     assignment: TopicAssignment | None = None
@@ -304,6 +319,37 @@ class _TopicParts:
     configs: tuple[Mapping[str, str], int] | None = None  # (overrides, czxid; 0 if no znode)
     handles: list[WatchHandle] = field(default_factory=list)
     watched_partitions: set[int] = field(default_factory=set)
+    # Whether the cache holds this topic as last published whole; until then, and after its
+    # assignment or configs change, the next publication rebuilds the whole topic.
+    published: bool = False
+    # Partitions whose state changed since the last publication.
+    dirty_states: set[int] = field(default_factory=set)
+
+    def publish(self, cache: MetadataCache) -> None:
+        """Fold what changed into `cache`: the whole topic if needed, else only the partitions
+        whose states changed, so a burst of state writes costs what it changes, not the number
+        of partitions times the topic's size."""
+        if not self.published or cache.topic(self.name) is None:
+            metadata = self.complete()
+            if metadata is None:
+                return  # the rest is on its way; its watch publishes again
+            cache.apply_topic(metadata)
+            self.published = True
+            self.dirty_states.clear()
+            return
+        assignment = self.assignment
+        if assignment is None:
+            return
+        states: dict[int, PartitionMetadata] = {}
+        for partition in self.dirty_states:
+            if partition not in assignment.partitions:
+                continue  # not (yet) part of the topic as the assignment knows it
+            state = self._partition(assignment, partition)
+            if state is None:
+                return  # a state vanished (the topic is being deleted): keep the last view
+            states[partition] = state
+        self.dirty_states.clear()
+        cache.apply_partitions(self.name, states)
 
     def complete(self) -> TopicMetadata | None:
         assignment = self.assignment
@@ -313,23 +359,30 @@ class _TopicParts:
         if config_zxid and config_zxid < self.assignment_zxid:
             return None  # a predecessor's config; ours is on its way
         partitions: dict[int, PartitionMetadata] = {}
-        for partition, replicas in assignment.partitions.items():
-            loaded = self.states.get(partition)
-            if loaded is None or loaded[1] < self.assignment_zxid:
+        for partition in assignment.partitions:
+            state = self._partition(assignment, partition)
+            if state is None:
                 return None
-            state = loaded[0]
-            partitions[partition] = PartitionMetadata(
-                replicas,
-                state.leader,
-                state.leader_epoch,
-                state.isr,
-                loaded[2],
-                loaded[3],
-                assignment.adding.get(partition, ()),
-                assignment.removing.get(partition, ()),
-            )
+            partitions[partition] = state
         return TopicMetadata(
             self.name, assignment.topic_id, partitions, dict(overrides), self.assignment_version
+        )
+
+    def _partition(self, assignment: TopicAssignment, partition: int) -> PartitionMetadata | None:
+        """The partition as the cache holds it; None until its state of this topic is loaded."""
+        loaded = self.states.get(partition)
+        if loaded is None or loaded[1] < self.assignment_zxid:
+            return None
+        state, _created_zxid, version, modified_zxid = loaded
+        return PartitionMetadata(
+            assignment.partitions[partition],
+            state.leader,
+            state.leader_epoch,
+            state.isr,
+            version,
+            modified_zxid,
+            assignment.adding.get(partition, ()),
+            assignment.removing.get(partition, ()),
         )
 
 
@@ -345,6 +398,10 @@ class MetadataWatcher:
         self._topics: dict[str, _TopicParts] = {}
         self._pending: set[asyncio.Task[None]] = set()
         self._stopped = False
+        # Topics with changes not yet in the cache, published together once the watch events
+        # queued on the loop have been taken in (`_publish`).
+        self._unpublished: dict[str, _TopicParts] = {}
+        self._publication: asyncio.Handle | None = None
 
     async def start(self) -> None:
         """Set up the watches; return once the initial full load is in the cache."""
@@ -359,9 +416,13 @@ class MetadataWatcher:
         self._handles.append(await zk.watch_children(layout.BROKER_IDS_PATH, self._on_brokers))
         self._handles.append(await zk.watch_children(layout.BROKER_TOPICS_PATH, self._on_topics))
         await self._drain()
+        self._publish_pending()
 
     async def stop(self) -> None:
         self._stopped = True
+        if self._publication is not None:
+            self._publication.cancel()
+            self._publication = None
         for handle in self._all_handles():
             handle.cancel()
         for task in list(self._pending):
@@ -467,6 +528,7 @@ class MetadataWatcher:
         def on_assignment(data: bytes | None, stat: NodeStat | None) -> None:
             if data is None or stat is None:
                 parts.assignment = None
+                parts.published = False
                 self.cache.apply_topic_removed(name)
                 return
             try:
@@ -476,6 +538,7 @@ class MetadataWatcher:
                 return
             parts.assignment_zxid = stat.created_zxid
             parts.assignment_version = stat.version
+            parts.published = False  # replicas (or the partitions) changed: rebuild it whole
             for partition in set(parts.assignment.partitions) - parts.watched_partitions:
                 parts.watched_partitions.add(partition)
                 self._spawn(self._watch_partition(parts, partition))
@@ -488,6 +551,7 @@ class MetadataWatcher:
                 log.exception("ignoring the config overrides of topic %r", name)
                 overrides = {}
             parts.configs = (overrides, 0 if stat is None else stat.created_zxid)
+            parts.published = False
             self._publish(parts)
 
         await self._add_topic_watch(parts, layout.topic_config_path(name), on_config)
@@ -511,6 +575,7 @@ class MetadataWatcher:
             except MalformedZnodeError:
                 log.exception("ignoring the state of %s-%d", parts.name, partition)
                 return
+            parts.dirty_states.add(partition)
             self._publish(parts)
 
         await self._add_topic_watch(parts, path, on_state)
@@ -532,8 +597,16 @@ class MetadataWatcher:
         parts.handles.append(handle)
 
     def _publish(self, parts: _TopicParts) -> None:
-        if self._topics.get(parts.name) is not parts:
-            return
-        metadata = parts.complete()
-        if metadata is not None:
-            self.cache.apply_topic(metadata)
+        """Publish `parts` once the loop has taken in the watch events already queued: a
+        controller's transaction fires one watch per partition it wrote, and they arrive
+        together."""
+        self._unpublished[parts.name] = parts
+        if self._publication is None and not self._stopped:
+            self._publication = asyncio.get_running_loop().call_soon(self._publish_pending)
+
+    def _publish_pending(self) -> None:
+        self._publication = None
+        pending, self._unpublished = self._unpublished, {}
+        for name, parts in pending.items():
+            if self._topics.get(name) is parts:
+                parts.publish(self.cache)

@@ -7,10 +7,16 @@ How the bridge works, and why:
   with `loop.call_soon_threadsafe`. No thread is parked per call, so there is nothing to bound:
   kazoo already pipelines every request over its one connection, and a cancelled awaiter simply
   drops the answer when it arrives.
-* Watches use kazoo's own ChildrenWatch / DataWatch recipes, which re-arm the one-shot ZooKeeper
-  watch after every event and re-read after a reconnect or a new session. Their callbacks run on
-  kazoo's callback thread and are forwarded to the loop in order (call_soon_threadsafe is FIFO).
-  The recipes fetch synchronously when built, so they are built on a small bounded executor.
+* Children watches use kazoo's ChildrenWatch recipe, which re-arms the one-shot ZooKeeper watch
+  after every event and re-reads after a reconnect or a new session. It fetches synchronously
+  when built, so it is built on a small bounded executor.
+* Data watches (`_DataWatch`) re-arm with the asynchronous calls instead: kazoo's DataWatch
+  re-reads with a blocking call on its one callback thread, so a broker took in one partition
+  state change per ZooKeeper round trip, and a controlled shutdown that moved 1,000 leaderships
+  reached the other brokers seconds later; setting up thousands of them took as long. Ours
+  pipeline every read over the connection, re-arm what failed once connected again, and re-read
+  everything after a new session (whose server-side watches are gone).
+* Every watch callback is forwarded to the loop in order (call_soon_threadsafe is FIFO).
 * Lifecycle steps that kazoo only offers as blocking calls (stopping joins its threads;
   creating a missing chroot needs a session outside the chroot) run in a worker thread.
 * Connection state changes are forwarded to the loop as `ConnectionState`, which separates a
@@ -34,7 +40,7 @@ from typing import Any, Final, TypeVar
 from kazoo import exceptions as kazoo_errors
 from kazoo.client import KazooClient, KazooState
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+from kazoo.recipe.watchers import ChildrenWatch
 from kazoo.retry import KazooRetry
 from kazoo.security import make_digest_acl
 
@@ -44,8 +50,10 @@ CONNECT_TIMEOUT_MS: Final = 15_000
 SESSION_TIMEOUT_MS: Final = 18_000  # Kafka's zookeeper.session.timeout.ms default
 # kazoo's default reconnect backoff grows to 60 s; a restarted ZooKeeper should be found quickly.
 RECONNECT_DELAY_MS_MAX: Final = 1_000
-# Watch recipes do one blocking read when built; this many may be built at once.
+# Children watch recipes do one blocking read when built; this many may be built at once.
 WATCH_SETUP_THREADS_MAX: Final = 4
+# A data watch whose read failed while connected (not a lost connection) is retried after this.
+WATCH_RETRY_MS: Final = 200
 
 T = TypeVar("T")
 
@@ -268,6 +276,11 @@ class AsyncZooKeeper:
         self._state_listeners: list[StateCallback] = []
         self._connected = asyncio.Event()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        # Live data watches (pruned of cancelled ones as they are met), and those whose last
+        # read failed, to re-arm once connected; both touched on the loop only.
+        self._data_watches: set[_DataWatch] = set()
+        self._stalled_watches: set[_DataWatch] = set()
+        self._stalled_retry: asyncio.TimerHandle | None = None
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -418,19 +431,44 @@ class AsyncZooKeeper:
 
     async def watch_data(self, path: str, callback: DataCallback) -> WatchHandle:
         """Call `callback(data, stat)` on the loop now and after every change of `path` (create,
-        set, delete: `(None, None)` while it does not exist), until the handle is cancelled."""
+        set, delete: `(None, None)` while it does not exist), across reconnects and new
+        sessions, until the handle is cancelled. Raises ZkError if the first read fails."""
         handle = WatchHandle(path)
-
-        def on_data(data: bytes | None, stat: Any, event: Any = None) -> bool:  # kazoo thread
-            # Three parameters: the recipe retries a TypeError-raising call with two.
-            if handle.cancelled:
-                return False
-            node_stat = None if stat is None else NodeStat.from_kazoo(stat)
-            self._post(_deliver_data, handle, callback, data, node_stat)
-            return True
-
-        await self._build_watch(lambda client: DataWatch(client, path, on_data))
+        watch = _DataWatch(self, path, handle, callback, self._require_loop().create_future())
+        self._data_watches.add(watch)  # a new session re-arms it, also before its first read
+        watch.arm()
+        try:
+            await watch.first_read
+        except BaseException:  # failed, or the caller was cancelled: nothing may fire later
+            handle.cancel()
+            self._data_watches.discard(watch)
+            raise
         return handle
+
+    def _stall(self, watch: _DataWatch) -> None:  # loop
+        """`watch`'s read failed: re-arm it once connected (at once if we still are)."""
+        if watch.handle.cancelled:
+            self._data_watches.discard(watch)
+            return
+        self._stalled_watches.add(watch)
+        if self._connected.is_set() and self._stalled_retry is None:
+            self._stalled_retry = self._require_loop().call_later(
+                WATCH_RETRY_MS / 1000, self._rearm_stalled
+            )
+
+    def _rearm_stalled(self) -> None:  # loop
+        self._stalled_retry = None
+        stalled, self._stalled_watches = self._stalled_watches, set()
+        for watch in stalled:
+            watch.arm()
+
+    def _rearm_all(self) -> None:  # loop, on a new session: the server forgot every watch
+        self._stalled_watches.clear()
+        for watch in list(self._data_watches):
+            if watch.handle.cancelled:
+                self._data_watches.discard(watch)
+            else:
+                watch.arm()
 
     # ---- internals --------------------------------------------------------------------------
 
@@ -524,10 +562,99 @@ class AsyncZooKeeper:
         self.state = state
         if state in (ConnectionState.CONNECTED, ConnectionState.RECONNECTED):
             self._connected.set()
+            if state is ConnectionState.CONNECTED:
+                self._rearm_all()
+            else:
+                self._rearm_stalled()  # the resumed session kept the armed ones
         else:
             self._connected.clear()
         for listener in list(self._state_listeners):
             listener(state)
+
+
+# Failures that a later read, once connected again, can overcome.
+_CONNECTION_LOST: Final = (kazoo_errors.ConnectionLoss, kazoo_errors.SessionExpiredError)
+
+
+class _DataWatch:
+    """One data watch, re-armed after each event with an asynchronous read (see the module
+    docstring). Reads on a missing znode arm an existence watch instead, which fires on its
+    creation. kazoo keeps one watcher per path and callable, and a bound method of the same
+    object compares equal, so re-arming never stacks duplicate callbacks."""
+
+    __slots__ = ("_callback", "_owner", "_settled", "first_read", "handle", "path")
+
+    def __init__(
+        self,
+        owner: AsyncZooKeeper,
+        path: str,
+        handle: WatchHandle,
+        callback: DataCallback,
+        first_read: asyncio.Future[None],
+    ) -> None:
+        self._owner = owner
+        self.path = path
+        self.handle = handle
+        self._callback = callback
+        self.first_read = first_read  # settled on the loop by the first read's outcome
+        # Whether the first outcome was seen; only the completion thread (FIFO) touches it.
+        self._settled = False
+
+    def arm(self) -> None:  # any thread
+        if self.handle.cancelled:
+            return
+        try:
+            client = self._owner._kazoo
+            client.get_async(self.path, watch=self._on_event).rawlink(self._on_read)
+        except Exception as error:  # a stopped or closing client
+            self._failed(error)
+
+    def _on_event(self, _event: Any) -> None:  # kazoo callback thread
+        self.arm()
+
+    def _on_read(self, result: Any) -> None:  # kazoo completion thread
+        try:
+            data, stat = result.get()
+        except kazoo_errors.NoNodeError:
+            try:
+                client = self._owner._kazoo
+                client.exists_async(self.path, watch=self._on_event).rawlink(self._on_exists)
+            except Exception as error:
+                self._failed(error)
+            return
+        except Exception as error:
+            self._failed(error)
+            return
+        self._deliver(data, NodeStat.from_kazoo(stat))
+
+    def _on_exists(self, result: Any) -> None:  # kazoo completion thread
+        try:
+            stat = result.get()
+        except Exception as error:
+            self._failed(error)
+            return
+        if stat is not None:
+            self.arm()  # created since the read: read it (its watch is armed too)
+        else:
+            self._deliver(None, None)
+
+    def _deliver(self, data: bytes | None, stat: NodeStat | None) -> None:
+        owner = self._owner
+        if not self.handle.cancelled:
+            owner._post(_deliver_data, self.handle, self._callback, data, stat)
+        if not self._settled:
+            self._settled = True
+            owner._post(_settle_result, self.first_read, None)
+
+    def _failed(self, error: BaseException) -> None:
+        owner = self._owner
+        if self._settled or isinstance(error, _CONNECTION_LOST):
+            # Read again once connected; a first read keeps its caller waiting until then,
+            # as a session's watches outlive its connections.
+            owner._post(owner._stall, self)
+        else:  # the caller of watch_data learns it; the watch is dropped
+            self._settled = True
+            owner._post(_settle_exception, self.first_read, translate_error(error, self.path))
 
 
 def _close_blocking(client: Any) -> None:

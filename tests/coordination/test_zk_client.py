@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -196,6 +196,9 @@ async def test_reconnects_after_restart_without_blocking_the_loop(
         await zk.ensure_path("/topics")
         seen: list[list[str]] = []
         await zk.watch_children("/topics", seen.append)
+        await zk.create("/config", b"before")
+        data_seen: list[bytes | None] = []
+        await zk.watch_data("/config", lambda data, _stat: data_seen.append(data))
 
         async with LoopLagProbe() as probe:
             await asyncio.to_thread(own_server.stop)
@@ -214,6 +217,9 @@ async def test_reconnects_after_restart_without_blocking_the_loop(
         await zk.create("/topics/after")
         await eventually(lambda: bool(seen) and seen[-1] == ["after", "during-outage"])
         assert states[:2] == [ConnectionState.SUSPENDED, ConnectionState.RECONNECTED]
+        # The data watch armed before the outage still fires in the resumed session.
+        await zk.set("/config", b"after")
+        await eventually(lambda: data_seen[-1] == b"after")
 
 
 async def test_new_session_after_expiry_rearms_watches(zk_chroot: str) -> None:
@@ -224,6 +230,9 @@ async def test_new_session_after_expiry_rearms_watches(zk_chroot: str) -> None:
         await zk.create("/s/mine", ephemeral=True)
         seen: list[list[str]] = []
         await zk.watch_children("/s", seen.append)
+        await zk.create("/s-data", b"1")
+        data_seen: list[bytes | None] = []
+        await zk.watch_data("/s-data", lambda data, _stat: data_seen.append(data))
         first_session = zk.session_id
 
         await expire_session(zk)
@@ -234,3 +243,47 @@ async def test_new_session_after_expiry_rearms_watches(zk_chroot: str) -> None:
         await eventually(lambda: bool(seen) and seen[-1] == [])  # our ephemeral went
         await zk.create("/s/again", ephemeral=True)
         await eventually(lambda: seen[-1] == ["again"])
+        # The new session has no server-side watches: the data watch was armed again in it.
+        await zk.set("/s-data", b"2")
+        await eventually(lambda: data_seen[-1] == b"2")
+
+
+async def test_data_watch_follows_create_delete_and_cancel(zk: AsyncZooKeeper) -> None:
+    seen: list[tuple[bytes | None, int | None]] = []
+    handle = await zk.watch_data(
+        "/cycle", lambda data, stat: seen.append((data, None if stat is None else stat.version))
+    )
+    assert seen == [(None, None)]  # missing: an existence watch waits for its creation
+    await zk.create("/cycle", b"a")
+    await eventually(lambda: seen[-1] == (b"a", 0))
+    await zk.set("/cycle", b"b")
+    await eventually(lambda: seen[-1] == (b"b", 1))
+    await zk.delete("/cycle")
+    await eventually(lambda: seen[-1] == (None, None))
+    await zk.create("/cycle", b"c")
+    await eventually(lambda: seen[-1] == (b"c", 0))
+
+    handle.cancel()
+    seen_before = len(seen)
+    witness: list[bytes | None] = []
+    await zk.watch_data("/cycle", lambda data, _stat: witness.append(data))
+    await zk.set("/cycle", b"d")
+    await eventually(lambda: witness[-1] == b"d")
+    assert len(seen) == seen_before
+
+
+async def test_many_data_watches_are_set_up_and_fire_in_parallel(zk: AsyncZooKeeper) -> None:
+    """Data watches pipeline their reads: a thousand of them are set up, and see a thousand
+    changes, without a blocking round trip each (which took seconds at this count)."""
+    count = 1000
+    await zk.ensure_path("/many")
+    await zk.transaction([CreateOp(f"/many/{i}", b"0") for i in range(count)])
+    latest: dict[int, bytes | None] = {}
+
+    def recorder(index: int) -> Callable[[bytes | None, NodeStat | None], None]:
+        return lambda data, _stat: latest.__setitem__(index, data)
+
+    await asyncio.gather(*(zk.watch_data(f"/many/{i}", recorder(i)) for i in range(count)))
+    assert latest == dict.fromkeys(range(count), b"0")
+    await zk.transaction([SetOp(f"/many/{i}", b"1", 0) for i in range(count)])
+    await eventually(lambda: all(value == b"1" for value in latest.values()))
