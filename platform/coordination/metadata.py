@@ -41,6 +41,7 @@ from riverbed.coordination.zk import (
     NotEmptyError,
     SetOp,
     TransactionOp,
+    ZkError,
 )
 from riverbed.protocol.errors import ErrorCode, KafkaError
 
@@ -58,6 +59,12 @@ INITIAL_CONTROLLER_EPOCH: Final = 0
 # transaction adding 4,000 partitions to a short-named topic did). With a 249-character topic
 # name a partition's two creates take about 700 bytes, so this many stay well below it.
 PARTITIONS_ADDED_AT_ONCE_MAX: Final = 1_000
+# A topic too large for one such transaction is created (and deleted) in several, each at most
+# this many bytes as estimated by `_transaction_chunks`: half the limit, for the estimate's error.
+TRANSACTION_BYTES_MAX: Final = 512 * 1024
+# What an operation of a multi request costs besides its path and data: its header, flags and,
+# for a create, the open ACL (~35 bytes); rounded up.
+TRANSACTION_OP_OVERHEAD_BYTES: Final = 64
 
 
 class BrokerIdConflictError(RuntimeError):
@@ -275,17 +282,31 @@ class ClusterMetadataStore:
         controller_epoch: int = INITIAL_CONTROLLER_EPOCH,
     ) -> uuid.UUID:
         """Create a topic: assignment, partition states (leader = first replica, ISR = replicas,
-        leader epoch 0) and config overrides in one transaction. Returns the new topic id."""
+        leader epoch 0) and config overrides in one transaction. Returns the new topic id.
+
+        A topic whose znodes exceed one transaction (thousands of partitions) is created in
+        several, the assignment first: brokers show a topic only once every partition state is
+        there, so readers never see half of it. If a later transaction fails, what was created
+        is deleted again (best effort; a ZooKeeper gone meanwhile leaves a topic that no broker
+        shows, which DeleteTopics or a new CreateTopics of the name reports)."""
         self.check_new_topic(name, num_partitions, replication_factor, live_broker_ids)
         overrides = self._rules.topic(configs)
         topic_id = uuid.uuid4()
         replicas = assign_replicas(live_broker_ids, num_partitions, replication_factor, self._rng)
         ops = _create_topic_ops(name, topic_id, replicas, overrides, controller_epoch)
+        first, *rest = _transaction_chunks(ops, len(self.zk.chroot))
         try:
-            await self.zk.transaction(ops)
+            await self.zk.transaction(first)
         except NodeExistsError as error:
             message = f"topic {name!r} already exists"
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, message) from error
+        try:
+            for chunk in rest:
+                await self.zk.transaction(chunk)
+        except ZkError:
+            with contextlib.suppress(ZkError, KafkaError):
+                await self.delete_topic(name)
+            raise
         return topic_id
 
     @staticmethod
@@ -359,7 +380,9 @@ class ClusterMetadataStore:
         raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{path} kept changing")
 
     async def delete_topic(self, name: str) -> uuid.UUID:
-        """Delete a topic's assignment, partition states and config overrides in one transaction.
+        """Delete a topic's assignment, partition states and config overrides in one transaction
+        (a topic too large for one: its partitions' znodes first, in as many as needed, then the
+        rest conditionally, so the topic is gone only once its last transaction commits).
         Returns the deleted topic's id."""
         for _ in range(CONDITIONAL_WRITE_ATTEMPTS_MAX):
             try:
@@ -371,7 +394,8 @@ class ClusterMetadataStore:
             config_exists = await self.zk.exists(layout.topic_config_path(name)) is not None
             ops = _delete_topic_ops(name, partitions, stat.version, config_exists)
             try:
-                await self.zk.transaction(ops)
+                for chunk in _transaction_chunks(ops, len(self.zk.chroot)):
+                    await self.zk.transaction(chunk)
             except (BadVersionError, NoNodeError, NotEmptyError):
                 continue  # changed under us (partitions added, deleted concurrently): re-read
             return assignment.topic_id
@@ -586,13 +610,33 @@ def _create_topic_ops(
     overrides: Mapping[str, str],
     controller_epoch: int,
 ) -> list[TransactionOp]:
+    # The config before the partitions: a topic created in several transactions has it from
+    # the first.
     ops: list[TransactionOp] = [
         CreateOp(layout.topic_path(name), TopicAssignment(topic_id, replicas).encode()),
+        CreateOp(layout.topic_config_path(name), TopicConfigOverrides(overrides).encode()),
         CreateOp(layout.partitions_path(name)),
     ]
     ops.extend(_partition_ops(name, replicas, controller_epoch))
-    ops.append(CreateOp(layout.topic_config_path(name), TopicConfigOverrides(overrides).encode()))
     return ops
+
+
+def _transaction_chunks(
+    ops: Sequence[TransactionOp], chroot_bytes: int
+) -> list[list[TransactionOp]]:
+    """`ops` in order, cut into transactions of at most TRANSACTION_BYTES_MAX (estimated: each
+    op's path with the chroot kazoo prefixes, its data, and TRANSACTION_OP_OVERHEAD_BYTES)."""
+    chunks: list[list[TransactionOp]] = [[]]
+    size_bytes = 0
+    for op in ops:
+        data = op.data if isinstance(op, (CreateOp, SetOp)) else b""
+        op_bytes = TRANSACTION_OP_OVERHEAD_BYTES + chroot_bytes + len(op.path.encode()) + len(data)
+        if chunks[-1] and size_bytes + op_bytes > TRANSACTION_BYTES_MAX:
+            chunks.append([])
+            size_bytes = 0
+        chunks[-1].append(op)
+        size_bytes += op_bytes
+    return chunks
 
 
 def _partition_ops(

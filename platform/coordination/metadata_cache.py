@@ -358,6 +358,10 @@ class _TopicParts:
         overrides, config_zxid = self.configs
         if config_zxid and config_zxid < self.assignment_zxid:
             return None  # a predecessor's config; ours is on its way
+        if len(self.states) < len(assignment.partitions):
+            # States still on their way: said without building anything, since a new topic's
+            # states arrive one watch at a time and each asks again.
+            return None
         partitions: dict[int, PartitionMetadata] = {}
         for partition in assignment.partitions:
             state = self._partition(assignment, partition)

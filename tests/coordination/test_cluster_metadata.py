@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import pytest
 from riverbed.configs import CONFIG_RULES
@@ -404,3 +406,57 @@ async def test_cache_initial_load_and_updates(store: ClusterMetadataStore, zk_ch
     await cache.wait_until(lambda c: c.controller_id is None, 5000)
     await watcher.stop()
     await watcher_zk.stop()
+
+
+async def test_topic_larger_than_one_transaction(
+    store: ClusterMetadataStore, zk_chroot: str
+) -> None:
+    """A topic whose znodes exceed one ZooKeeper request (jute.maxbuffer: the server drops the
+    connection of a larger one) is created and deleted in several transactions; a watching
+    broker shows it only whole, and a state change then costs one partition, not the topic."""
+    name = "t" * 200  # long paths: ~700 bytes of znodes per partition
+    partitions = 5000
+    ops = metadata._create_topic_ops(
+        name, uuid.uuid4(), {p: (1, 2) for p in range(partitions)}, {}, 0
+    )
+    assert len(metadata._transaction_chunks(ops, len(store.zk.chroot))) > 1
+    cache = MetadataCache()
+    watcher_zk = AsyncZooKeeper(zk_chroot)
+    await watcher_zk.start()
+    watcher = MetadataWatcher(watcher_zk, cache)
+    await watcher.start()
+    changes: list[MetadataChange] = []
+    sizes: list[int] = []
+
+    def record(change: MetadataChange) -> None:
+        changes.append(change)
+        topic = cache.topic(name)
+        sizes.append(0 if topic is None else len(topic.partitions))
+
+    cache.add_listener(record)
+    try:
+        topic_id = await store.create_topic(name, partitions, 2, {"retention.ms": "5"}, {1, 2})
+        await cache.wait_until(lambda c: c.topic(name) is not None, 30_000)
+        topic = cache.topic(name)
+        assert topic is not None
+        assert topic.topic_id == topic_id
+        assert topic.configs == {"retention.ms": "5"}
+        assert sizes == [partitions]  # shown once, whole
+        assert changes[0].topics_added == {name}
+
+        state = topic.partitions[7]
+        moved = PartitionState(state.replicas[1], 1, (state.replicas[1],), 0)
+        await store.update_partition_state(name, 7, moved, state.state_version)
+        await cache.wait_until(lambda c: c.partition(name, 7) != state, 5000)
+        assert changes[-1].partitions_changed == {(name, 7)}
+        assert cache.partition(name, 7) == replace(
+            state, leader=moved.leader, leader_epoch=1, isr=moved.isr, state_version=1,
+            state_modified_zxid=cache.partition(name, 7).state_modified_zxid,  # type: ignore[union-attr]
+        )  # fmt: skip
+
+        assert await store.delete_topic(name) == topic_id
+        assert await store.zk.get_children(layout.BROKER_TOPICS_PATH) == []
+        await cache.wait_until(lambda c: c.topic(name) is None, 30_000)
+    finally:
+        await watcher.stop()
+        await watcher_zk.stop()
