@@ -24,6 +24,7 @@ from bench import (
     client_throughput,
     compaction,
     groups,
+    partition_scale,
     produce_consume,
     replication,
     spark,
@@ -45,6 +46,7 @@ BENCHMARKS: dict[str, Callable[[BenchOptions], BenchResult]] = {
     compaction.NAME: compaction.run,
     tls.NAME: tls.run,
     authorizer.NAME: authorizer.run,
+    partition_scale.NAME: partition_scale.run,
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 # Scratch data dirs live here (git-ignored): on the repository's disk, deleted after each run.
