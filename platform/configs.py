@@ -26,6 +26,11 @@ from typing import TYPE_CHECKING, Final, Self, TypeVar
 
 from riverbed.common.scheduling import BATCH
 from riverbed.common.scheduling import POLICIES as SCHEDULING_POLICIES
+from riverbed.coordination.leader_balance import (
+    IMBALANCE_PERCENTAGE_MAX,
+    IMBALANCE_PERCENTAGE_MIN,
+    RebalancePolicy,
+)
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.security.acl import InvalidAclError, parse_super_users
 from riverbed.security.authorizer import AuthorizerSettings
@@ -450,6 +455,14 @@ BROKER_ONLY_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
               at_least(1)),
     ConfigDef("replica.lag.time.max.ms", _T.LONG, 30000, "a follower this far behind leaves the "
               "ISR", at_least(1)),
+    ConfigDef("auto.leader.rebalance.enable", _T.BOOLEAN, True, "the controller moves "
+              "leaderships back to their preferred replicas when a broker leads too few of its "
+              "own (leader.imbalance.*)"),
+    ConfigDef("leader.imbalance.check.interval.seconds", _T.LONG, 300, "how often the "
+              "controller checks the leader balance", at_least(1)),
+    ConfigDef("leader.imbalance.per.broker.percentage", _T.INT, 10, "share of the partitions "
+              "a broker is the preferred replica of that it may not lead before the controller "
+              "hands them back to it", between(IMBALANCE_PERCENTAGE_MIN, IMBALANCE_PERCENTAGE_MAX)),
     ConfigDef("log.retention.check.interval.ms", _T.LONG, 300000, "how often retention runs",
               at_least(1)),
     ConfigDef("log.cleaner.enable", _T.BOOLEAN, True, "run the log cleaner (compaction of "
@@ -712,6 +725,9 @@ class BrokerConfig:
     default_replication_factor: int
     socket_request_max_bytes: int
     replica_lag_time_max_ms: int
+    auto_leader_rebalance_enable: bool
+    leader_imbalance_check_interval_seconds: int
+    leader_imbalance_per_broker_percentage: int
     log_retention_check_interval_ms: int
     log_cleaner_enable: bool
     log_cleaner_backoff_ms: int
@@ -833,6 +849,15 @@ class BrokerConfig:
             )
         except ListenerError as error:
             raise ConfigError(error.key, str(error)) from None
+
+    @property
+    def leader_rebalance(self) -> RebalancePolicy:
+        """The controller's automatic preferred-leader rebalance (checked when parsed)."""
+        return RebalancePolicy(
+            enabled=self.auto_leader_rebalance_enable,
+            check_interval_s=self.leader_imbalance_check_interval_seconds,
+            imbalance_percentage=self.leader_imbalance_per_broker_percentage,
+        )
 
     @property
     def tls_files(self) -> TlsFiles:

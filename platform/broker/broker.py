@@ -93,7 +93,11 @@ class Broker:
         self._topic_configs: dict[str, tuple[TopicMetadata, TopicConfig]] = {}
         self._watcher = MetadataWatcher(self._zk, self._cache)
         self._controller = Controller(
-            self._store, self._cache, config.broker_id, self._unclean_leader_election
+            self._store,
+            self._cache,
+            config.broker_id,
+            self._unclean_leader_election,
+            rebalance=config.leader_rebalance,
         )
         self._election = ControllerElection(
             self._store, config.broker_id, on_change=self._controller.on_election_change

@@ -14,6 +14,12 @@ ControllerElection won (`on_election_change`) and owns one task that handles one
   watch event at a time, and a whole pass for each made a broker's restart cost the controller
   partitions times ISR changes.
 - a **controlled shutdown** request (ControlledShutdown API, `controlled_shutdown`).
+- an **automatic preferred-leader rebalance** check (Kafka's `auto.leader.rebalance.enable`),
+  due every `leader.imbalance.check.interval.seconds`: brokers leading too few of the
+  partitions they are the preferred replica of get them back (`leader_balance.plan_rebalance`)
+  through the same election as ElectLeaders. A timer only marks the check due and wakes the
+  task, so the check never runs beside a pass or a request, and it reads every partition once
+  per interval, not per metadata change.
 
 Every write is one ZooKeeper transaction (`ClusterMetadataStore.write_partition_states`): a check
 of /controller_epoch at the version our election left, so a deposed controller writes nothing,
@@ -41,6 +47,7 @@ from typing import Any, Final, TypeVar
 from riverbed.common.log_events import event
 from riverbed.coordination import reassignment
 from riverbed.coordination.layout import NO_LEADER, MalformedZnodeError, TopicAssignment
+from riverbed.coordination.leader_balance import REBALANCE_OFF, RebalancePolicy, plan_rebalance
 from riverbed.coordination.metadata import (
     AssignmentUpdate,
     ClusterMetadataStore,
@@ -111,11 +118,17 @@ class Controller:
         cache: MetadataCache,
         broker_id: int,
         unclean_leader_election: Callable[[str], bool],
+        rebalance: RebalancePolicy = REBALANCE_OFF,
     ) -> None:
         self.broker_id = broker_id
         self._store = store
         self._cache = cache
         self._unclean = unclean_leader_election  # topic -> effective config
+        self._rebalance = rebalance
+        # Set by the timer, cleared by the controller task when it runs the check; the timer
+        # belongs to one activation and is cancelled when the controller resigns.
+        self._rebalance_due = False
+        self._rebalance_timer: asyncio.TimerHandle | None = None
         self._active = False
         self._epoch = 0
         self._epoch_version = 0
@@ -174,6 +187,7 @@ class Controller:
         self._active = True
         self._cache.add_listener(self._on_metadata_change)
         self._rescan_all = True
+        self._rebalance_due = False
         self._wakeup = asyncio.Event()
         self._wakeup.set()
         task = asyncio.get_running_loop().create_task(
@@ -181,6 +195,9 @@ class Controller:
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        # The first check comes one interval after the election (Kafka's after 5 s), so the
+        # checks keep the configured pace however often the controller moves.
+        self._schedule_rebalance_check()
         event(
             log, logging.INFO, "controller.elected", broker=self.broker_id, controller_epoch=epoch
         )
@@ -190,6 +207,10 @@ class Controller:
             return
         self._active = False
         self._cache.remove_listener(self._on_metadata_change)
+        if self._rebalance_timer is not None:
+            self._rebalance_timer.cancel()
+            self._rebalance_timer = None
+        self._rebalance_due = False
         for task in self._tasks:
             if task is not asyncio.current_task():
                 task.cancel()
@@ -231,6 +252,20 @@ class Controller:
         self._rescan_all = True
         self._wakeup.set()
 
+    def _schedule_rebalance_check(self) -> None:
+        """Have the controller task check the leader balance one interval from now (Kafka
+        schedules the next check once the last one ended, so checks never pile up)."""
+        if not (self._active and self._rebalance.enabled) or self._rebalance_timer is not None:
+            return
+        self._rebalance_timer = asyncio.get_running_loop().call_later(
+            self._rebalance.check_interval_s, self._rebalance_check_due
+        )
+
+    def _rebalance_check_due(self) -> None:
+        self._rebalance_timer = None
+        self._rebalance_due = True
+        self._wakeup.set()
+
     # ---- the event loop ---------------------------------------------------------------------
 
     async def _run(self, wakeup: asyncio.Event) -> None:
@@ -246,6 +281,13 @@ class Controller:
                     self._rescan_all = False
                     self._dirty = set()
                     await self._reconcile(keys)
+                if self._rebalance_due:
+                    self._rebalance_due = False
+                    try:
+                        await self._rebalance_leaders()
+                    finally:
+                        # Also after a failure (ZooKeeper away): the next interval tries again.
+                        self._schedule_rebalance_check()
             except ControllerMovedError:
                 log.warning("broker %d: another controller was elected", self.broker_id)
                 self._resign()
@@ -409,12 +451,40 @@ class Controller:
             return outcomes
         raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the partitions kept changing; try again")
 
+    async def _rebalance_leaders(self) -> None:
+        """Kafka's automatic preferred-leader election: one pass over the cache to find the
+        brokers leading too few of their preferred partitions, then ElectLeaders' preferred
+        election for the partitions they can lead again (batched like every write)."""
+        self._note_registrations()
+        partitions = (
+            ((topic.name, index), state)
+            for topic in self._cache.topics().values()
+            for index, state in topic.partitions.items()
+        )
+        plan = plan_rebalance(partitions, self._broker_view(), self._rebalance.imbalance_percentage)
+        if not plan.elect:
+            return
+        outcomes = await self._elect_leaders(plan.elect, unclean=False)
+        # A partition whose state changed since the plan (its preferred replica left the ISR,
+        # a restart fenced it) is refused like an ElectLeaders request would be; the next
+        # check looks again.
+        refused = Counter(error.code.name for error in outcomes.values() if error is not None)
+        event(
+            log,
+            logging.INFO,
+            "controller.leader_rebalance",
+            brokers=[imbalance.broker for imbalance in plan.imbalanced],
+            imbalance_ratios=[round(imbalance.ratio, 3) for imbalance in plan.imbalanced],
+            elected=len(outcomes) - sum(refused.values()),
+            refused=[f"{code}:{count}" for code, count in sorted(refused.items())],
+        )
+
     async def _elect_leaders(
         self, partitions: Collection[TopicPartition] | None, unclean: bool
     ) -> Outcomes:
         self._note_registrations()
         brokers = self._broker_view()
-        snapshots = [s for s in self._snapshots() if partitions is None or s.key in partitions]
+        snapshots = self._snapshots(None if partitions is None else set(partitions))
         outcomes: Outcomes = {
             key: KafkaError(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{key[0]}-{key[1]} does not exist"

@@ -12,15 +12,18 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from riverbed.broker.controlled_shutdown import request_controlled_shutdown
 from riverbed.configs import CONFIG_RULES
+from riverbed.coordination import controller as controller_module
 from riverbed.coordination import layout
 from riverbed.coordination.controller import Controller
 from riverbed.coordination.controller_election import ControllerElection
 from riverbed.coordination.layout import NO_LEADER, BrokerRegistration, PartitionState
-from riverbed.coordination.metadata import ClusterMetadataStore
+from riverbed.coordination.leader_balance import REBALANCE_OFF, RebalancePolicy
+from riverbed.coordination.metadata import ClusterMetadataStore, PartitionStateUpdate
 from riverbed.coordination.metadata_cache import MetadataCache, MetadataChange, MetadataWatcher
 from riverbed.coordination.zk import AsyncZooKeeper, CreateOp, DeleteOp
 from riverbed.hot.replication.inter_broker import InterBrokerDialer
@@ -70,13 +73,19 @@ class ControllerNode:
 
     @classmethod
     async def start(
-        cls, connect: str, broker_id: int, unclean: Collection[str] = ()
+        cls,
+        connect: str,
+        broker_id: int,
+        unclean: Collection[str] = (),
+        rebalance: RebalancePolicy = REBALANCE_OFF,
     ) -> ControllerNode:
         store = await open_store(connect)
         cache = MetadataCache()
         watcher = MetadataWatcher(store.zk, cache)
         await watcher.start()
-        controller = Controller(store, cache, broker_id, lambda topic: topic in unclean)
+        controller = Controller(
+            store, cache, broker_id, lambda topic: topic in unclean, rebalance=rebalance
+        )
         election = ControllerElection(store, broker_id, on_change=controller.on_election_change)
         node = cls(broker_id, store, cache, watcher, controller, election)
         cache.add_listener(node.changes.append)
@@ -100,8 +109,13 @@ class Cluster:
         self.brokers: dict[int, ClusterMetadataStore] = {}
         self.admin: ClusterMetadataStore | None = None
 
-    async def node(self, broker_id: int, unclean: Collection[str] = ()) -> ControllerNode:
-        node = await ControllerNode.start(self.connect, broker_id, unclean)
+    async def node(
+        self,
+        broker_id: int,
+        unclean: Collection[str] = (),
+        rebalance: RebalancePolicy = REBALANCE_OFF,
+    ) -> ControllerNode:
+        node = await ControllerNode.start(self.connect, broker_id, unclean, rebalance)
         self.nodes.append(node)
         return node
 
@@ -148,12 +162,17 @@ async def create_topic(
     return assignment
 
 
-async def set_state(cluster: Cluster, topic: str, leader: int, isr: tuple[int, ...]) -> None:
+async def set_state(
+    cluster: Cluster, topic: str, leader: int, isr: tuple[int, ...], partition: int = 0
+) -> None:
     """A leader's conditional ISR write (also used to set up who leads a new partition)."""
     store = await cluster.store()
-    state, version = await store.get_partition_state(topic, 0)
+    state, version = await store.get_partition_state(topic, partition)
     await store.update_partition_state(
-        topic, 0, PartitionState(leader, state.leader_epoch, isr, state.controller_epoch), version
+        topic,
+        partition,
+        PartitionState(leader, state.leader_epoch, isr, state.controller_epoch),
+        version,
     )
 
 
@@ -436,3 +455,76 @@ async def test_a_controller_elected_after_a_restart_still_fences_the_old_term(
     # so the new controller, which never knew the old registration, still starts a new term.
     alone = await wait_for_state(cluster, "alone", lambda s: s.leader_epoch == 1)
     assert (alone.leader, alone.isr) == (2, (2,))
+
+
+# Checks far more often than Kafka's 300 s, so the tests below see several within WAIT_S.
+REBALANCE_CHECK_S = 0.3
+REBALANCE_ON = RebalancePolicy(
+    enabled=True, check_interval_s=REBALANCE_CHECK_S, imbalance_percentage=10
+)
+
+
+async def test_auto_rebalance_elects_preferred_leaders_in_batches(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Transactions of 2 states: 5 partitions to move take 3, through the ElectLeaders path.
+    monkeypatch.setattr(controller_module, "STATE_WRITES_PER_TRANSACTION_MAX", 2)
+    await cluster.broker(2)
+    await cluster.broker(3)
+    assignment = await create_topic(cluster, "t", [2, 3], partitions=5)
+    for index, replicas in assignment.items():  # a failover moved every leadership
+        await set_state(cluster, "t", replicas[1], replicas[::-1], index)
+    node = await cluster.node(1, rebalance=REBALANCE_ON)
+    batches: list[int] = []
+    write = node.store.write_partition_states
+
+    async def recording(updates: list[PartitionStateUpdate], *args: Any) -> list[int]:
+        batches.append(len(updates))
+        return await write(updates, *args)
+
+    node.store.write_partition_states = recording  # type: ignore[method-assign,assignment]
+    for index, replicas in assignment.items():
+        preferred = replicas[0]
+        state = await wait_for_state(cluster, "t", lambda s: s.leader == preferred, index)  # noqa: B023
+        # What ElectLeaders writes: the ISR kept, a new leader epoch.
+        assert (state.isr, state.leader_epoch) == (replicas[::-1], 1)
+    assert batches == [2, 2, 1]
+
+
+async def test_auto_rebalance_leaves_a_preferred_replica_out_of_the_isr(cluster: Cluster) -> None:
+    await cluster.broker(2)
+    await cluster.broker(3)
+    assignment = await create_topic(cluster, "t", [2, 3], partitions=2)
+    out, back = assignment[0], assignment[1]
+    await set_state(cluster, "t", out[1], (out[1],), 0)  # its preferred replica fell behind
+    await set_state(cluster, "t", back[1], back[::-1], 1)  # this one's is in sync
+    await cluster.node(1, rebalance=REBALANCE_ON)
+
+    # The check that moves partition 1 back planned partition 0 too, and left it: after it,
+    # and after several more checks, partition 0 is as it was.
+    await wait_for_state(cluster, "t", lambda s: s.leader == back[0], partition=1)
+    await asyncio.sleep(3 * REBALANCE_CHECK_S)
+    state = await state_of(cluster, "t", 0)
+    assert (state.leader, state.isr, state.leader_epoch) == (out[1], (out[1],), 0)
+
+    # Back in sync (the leader's ISR write), it gets its leadership back at the next check.
+    await set_state(cluster, "t", out[1], out[::-1], 0)
+    state = await wait_for_state(cluster, "t", lambda s: s.leader == out[0], partition=0)
+    assert (state.isr, state.leader_epoch) == (out[::-1], 1)
+
+
+async def test_auto_rebalance_stops_with_the_controller(cluster: Cluster) -> None:
+    await cluster.broker(2)
+    await cluster.broker(3)
+    assignment = await create_topic(cluster, "t", [2, 3], partitions=1)
+    node = await cluster.node(1, rebalance=REBALANCE_ON)
+    await node.stop()
+    cluster.nodes.remove(node)
+    assert not node.controller.active
+    replicas = assignment[0]
+    await set_state(cluster, "t", replicas[1], replicas[::-1])
+    # No controller, so no check: several intervals later nobody moved it back.
+    await asyncio.sleep(3 * REBALANCE_CHECK_S)
+    assert (await state_of(cluster, "t")).leader == replicas[1]
+    # Its timer went with it (a resigned controller leaves nothing scheduled on the loop).
+    assert node.controller._rebalance_timer is None
