@@ -79,15 +79,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run_one(name: str, options: BenchOptions, results_dir: Path) -> Path:
+def run_one(
+    name: str,
+    options: BenchOptions,
+    results_dir: Path,
+    benchmark: Callable[[BenchOptions], BenchResult] | None = None,
+    variant: str | None = None,
+) -> Path:
+    """Run benchmark `name` (or `benchmark` in its place, e.g. at other sizes, saved as
+    `<name>-<variant>-<timestamp>.json` and never as the latest) and save its result."""
     started_at = datetime.now(UTC)
     # The machine may be shared: a busy start explains a slow result.
     loadavg_at_start = os.getloadavg()
     started = time.perf_counter()
-    result = BENCHMARKS[name](options)
+    result = (benchmark or BENCHMARKS[name])(options)
     document: dict[str, Any] = {
         "benchmark": name,
         "quick": options.quick,
+        **({"variant": variant} if variant else {}),
         "started_at": started_at.isoformat(timespec="seconds"),
         "duration_s": round(time.perf_counter() - started, 3),
         "loadavg_at_start": loadavg_at_start,
@@ -105,10 +114,13 @@ def run_one(name: str, options: BenchOptions, results_dir: Path) -> Path:
 def save(document: dict[str, Any], results_dir: Path, started_at: datetime) -> Path:
     results_dir.mkdir(parents=True, exist_ok=True)
     stem = f"{document['benchmark']}{'-quick' if document['quick'] else ''}"
+    if "variant" in document:
+        stem += f"-{document['variant']}"
     text = json.dumps(document, indent=2, sort_keys=False) + "\n"
     path = results_dir / f"{stem}-{started_at.strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_text(text)
-    (results_dir / f"{stem}-latest.json").write_text(text)
+    if "variant" not in document:  # a variant (other sizes) never stands for the benchmark
+        (results_dir / f"{stem}-latest.json").write_text(text)
     return path
 
 
