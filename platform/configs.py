@@ -450,6 +450,11 @@ BROKER_ONLY_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
               at_least(1)),
     ConfigDef("replica.lag.time.max.ms", _T.LONG, 30000, "a follower this far behind leaves the "
               "ISR", at_least(1)),
+    ConfigDef("max.incremental.fetch.session.cache.slots", _T.INT, 1000, "fetch sessions "
+              "(KIP-227) the broker keeps at once; 0 turns them off", at_least(0)),
+    ConfigDef("min.incremental.fetch.session.eviction.ms", _T.INT, 120000, "a fetch session "
+              "unused this long may be evicted for a new one, and one older than this may be "
+              "evicted by a larger one", at_least(0)),
     ConfigDef("log.retention.check.interval.ms", _T.LONG, 300000, "how often retention runs",
               at_least(1)),
     ConfigDef("log.cleaner.enable", _T.BOOLEAN, True, "run the log cleaner (compaction of "
@@ -712,6 +717,8 @@ class BrokerConfig:
     default_replication_factor: int
     socket_request_max_bytes: int
     replica_lag_time_max_ms: int
+    max_incremental_fetch_session_cache_slots: int
+    min_incremental_fetch_session_eviction_ms: int
     log_retention_check_interval_ms: int
     log_cleaner_enable: bool
     log_cleaner_backoff_ms: int
