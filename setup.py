@@ -51,6 +51,7 @@ HOT_PATH_MODULES = [
     "broker/network/connection_waits.py",
     "broker/dispatcher.py",
     "common/fileio.py",
+    "hot/replication/fetch_watch.py",
     "hot/replication/followers.py",
     "broker/handlers/context.py",
     "broker/handlers/fetch.py",

@@ -109,7 +109,8 @@ def measure_off() -> dict[str, float]:
 
     def fetch_work() -> None:
         access = BrokerContext.access(ctx, SESSION, "FetchRequest")
-        denied = fetch_handler._denied_topics(ctx, fetch, 12, -1, access)
+        wanted = fetch_handler._requested(fetch, None)
+        denied = fetch_handler._denied_topics(ctx, wanted, False, -1, access)
         assert TOPIC not in denied
 
     return {

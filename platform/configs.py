@@ -463,6 +463,11 @@ BROKER_ONLY_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
     ConfigDef("leader.imbalance.per.broker.percentage", _T.INT, 10, "share of the partitions "
               "a broker is the preferred replica of that it may not lead before the controller "
               "hands them back to it", between(IMBALANCE_PERCENTAGE_MIN, IMBALANCE_PERCENTAGE_MAX)),
+    ConfigDef("max.incremental.fetch.session.cache.slots", _T.INT, 1000, "fetch sessions "
+              "(KIP-227) the broker keeps at once; 0 turns them off", at_least(0)),
+    ConfigDef("min.incremental.fetch.session.eviction.ms", _T.INT, 120000, "a fetch session "
+              "unused this long may be evicted for a new one, and one older than this may be "
+              "evicted by a larger one", at_least(0)),
     ConfigDef("log.retention.check.interval.ms", _T.LONG, 300000, "how often retention runs",
               at_least(1)),
     ConfigDef("log.cleaner.enable", _T.BOOLEAN, True, "run the log cleaner (compaction of "
@@ -728,6 +733,8 @@ class BrokerConfig:
     auto_leader_rebalance_enable: bool
     leader_imbalance_check_interval_seconds: int
     leader_imbalance_per_broker_percentage: int
+    max_incremental_fetch_session_cache_slots: int
+    min_incremental_fetch_session_eviction_ms: int
     log_retention_check_interval_ms: int
     log_cleaner_enable: bool
     log_cleaner_backoff_ms: int

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from riverbed.broker.controlled_shutdown import request_controlled_shutdown
 from riverbed.broker.dispatcher import Dispatcher
+from riverbed.broker.fetch_sessions import FetchSessionCache
 from riverbed.broker.groups.coordinator import GroupCoordinator
 from riverbed.broker.handlers.context import BrokerContext, wall_clock_ms
 from riverbed.broker.metrics import BrokerMetrics
@@ -179,7 +180,12 @@ class Broker:
             groups=groups,
             metrics=metrics,
             controller=self._controller,
+            fetch_sessions=FetchSessionCache(
+                config.max_incremental_fetch_session_cache_slots,
+                config.min_incremental_fetch_session_eviction_ms,
+            ),
         )
+        metrics.watch_fetch_sessions(self._ctx.fetch_sessions)
         if acls is not None:
             self._ctx.acl_store = acls
             self._ctx.authorizer = Authorizer(config.authorizer_settings, lambda: acls.snapshot)

@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
+from riverbed.broker.fetch_sessions import FetchSessionCache
 
 # Request handling times: sub-millisecond metadata calls up to long-polled fetches and acks=all
 # produces (bounded by their timeouts).
@@ -137,6 +138,30 @@ class BrokerMetrics:
             buckets=REMOTE_FETCH_SECONDS_BUCKETS,
             registry=registry,
         )
+
+    def watch_fetch_sessions(self, sessions: FetchSessionCache) -> None:
+        """Gauges read from the fetch-session cache when scraped (Kafka's
+        NumIncrementalFetchSessions, NumIncrementalFetchPartitionsCached and
+        IncrementalFetchSessionEvictionsPerSec, the last as a running count)."""
+        registry = self.registry
+        Gauge(
+            "riverbed_fetch_sessions", "Fetch sessions in the cache", registry=registry
+        ).set_function(lambda: len(sessions))
+        Gauge(
+            "riverbed_fetch_session_partitions",
+            "Partitions held by the cached fetch sessions",
+            registry=registry,
+        ).set_function(sessions.partitions_cached)
+        Gauge(
+            "riverbed_fetch_session_evictions",
+            "Fetch sessions evicted for new ones since the broker started",
+            registry=registry,
+        ).set_function(lambda: sessions.evictions)
+        Gauge(
+            "riverbed_incremental_fetches",
+            "Incremental fetch requests served since the broker started",
+            registry=registry,
+        ).set_function(lambda: sessions.incremental_fetches)
 
     def api(self, request_type: str) -> ApiMetrics:
         """The request counter and timer of an API, by its request class (`ProduceRequest`)."""

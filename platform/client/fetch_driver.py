@@ -21,10 +21,12 @@ fix marks the metadata stale and backs the broker off; any other error stays wit
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Final
 
 from riverbed.client.connection import BrokerConnection
 from riverbed.client.consumer_parts import CONSUMER_REPLICA_ID, ConsumerEvents, WakeupLoop
+from riverbed.client.fetch_session import SESSION_ERRORS, FetchSessionHandler
 from riverbed.client.fetched_records import ISOLATION_READ_COMMITTED, PartitionFetch
 from riverbed.client.pool import BrokerPool
 from riverbed.client.positions import PartitionPosition, Positions
@@ -54,6 +56,7 @@ _REFRESH_METADATA_CODES: Final = frozenset(
     }
 )
 
+ZERO_UUID: Final = uuid.UUID(int=0)
 # What a Fetch asked for each partition: tp -> (fetch offset, generation).
 SentFetch = dict[TopicPartition, tuple[int, int]]
 
@@ -85,6 +88,8 @@ class FetchDriver:
         # while a leader is unknown would otherwise pile up tasks waiting on the same refresh.
         self._refreshing = False
         self._next_partition = 0  # round-robin start of take
+        # One fetch session (KIP-227) per broker connection: a new connection starts another.
+        self._sessions: dict[int, tuple[BrokerConnection, FetchSessionHandler]] = {}
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -192,15 +197,24 @@ class FetchDriver:
     # -- fetching ---------------------------------------------------------------------------
     async def _fetch(self, node: int, tps: list[TopicPartition]) -> None:
         pool = self._pool
+        session: FetchSessionHandler | None = None
         try:
             connection = await pool.connection_for(node)
-            request, sent = self._fetch_request(connection, tps)
-            response = await connection.call(
-                request,
-                m.FetchResponse,
-                # The broker may hold the request fetch_max_wait_ms before it answers.
-                timeout_ms=self._settings.request_timeout_ms + self._settings.fetch_max_wait_ms,
-            )
+            session = self._session(node, connection)
+            request, sent = self._fetch_request(connection, tps, session)
+            try:
+                response = await connection.call(
+                    request,
+                    m.FetchResponse,
+                    # The broker may hold the request fetch_max_wait_ms before it answers.
+                    timeout_ms=self._settings.request_timeout_ms + self._settings.fetch_max_wait_ms,
+                )
+            except BaseException:
+                session.failed()
+                raise
+            session.answered(response.error_code, response.session_id)
+            if response.error_code in SESSION_ERRORS:
+                return  # the next Fetch starts a new session; nothing is wrong with the data
             if response.error_code != ErrorCode.NONE:
                 raise error_for(response.error_code, f"Fetch from broker {node}")
             failed = self._apply_fetch(response, sent)
@@ -223,40 +237,65 @@ class FetchDriver:
         )
         self._node_backoff_until[node] = asyncio.get_running_loop().time() + wait_ms / 1000
 
+    def _session(self, node: int, connection: BrokerConnection) -> FetchSessionHandler:
+        """The fetch session on `connection` (a new one when the connection is new)."""
+        current = self._sessions.get(node)
+        if current is not None and current[0] is connection:
+            return current[1]
+        session = FetchSessionHandler()
+        self._sessions[node] = (connection, session)
+        return session
+
     def _fetch_request(
-        self, connection: BrokerConnection, tps: list[TopicPartition]
+        self,
+        connection: BrokerConnection,
+        tps: list[TopicPartition],
+        session: FetchSessionHandler,
     ) -> tuple[m.FetchRequest, SentFetch]:
-        """The Fetch for `tps`, and what it asked."""
+        """The Fetch for `tps` through `session` (naming only what the session does not hold
+        already), and what it asks of each partition, named or not."""
         cluster = self._pool.cluster
         use_ids = connection.version_for(FETCH_API_KEY) >= FETCH_TOPIC_IDS_VERSION_MIN
-        topics: dict[str, m.FetchRequest.FetchTopic] = {}
+        wanted = []
         sent: SentFetch = {}
         for tp in tps:
             state = self._positions.get(tp)
             topic_id = cluster.topic_id(tp.topic)
             if use_ids and topic_id is None:
                 continue  # not fetchable until metadata names the topic's id
+            partition = m.FetchRequest.FetchPartition(
+                partition=tp.partition,
+                current_leader_epoch=cluster.leader_epoch(tp),
+                fetch_offset=state.fetch_offset,
+                partition_max_bytes=self._settings.max_partition_fetch_bytes,
+            )
+            wanted.append((tp, topic_id or ZERO_UUID, partition))
+            sent[tp] = (state.fetch_offset, state.generation)
+        fetch = session.build(wanted)
+        topics: dict[str, m.FetchRequest.FetchTopic] = {}
+        for tp, topic_id, partition in fetch.named:
             topic = topics.get(tp.topic)
             if topic is None:
-                topic = topics[tp.topic] = m.FetchRequest.FetchTopic(tp.topic)
-                if topic_id is not None:
-                    topic.topic_id = topic_id
-            topic.partitions.append(
-                m.FetchRequest.FetchPartition(
-                    partition=tp.partition,
-                    current_leader_epoch=cluster.leader_epoch(tp),
-                    fetch_offset=state.fetch_offset,
-                    partition_max_bytes=self._settings.max_partition_fetch_bytes,
+                topic = topics[tp.topic] = m.FetchRequest.FetchTopic(tp.topic, topic_id=topic_id)
+            topic.partitions.append(partition)
+        forgotten: dict[str, m.FetchRequest.ForgottenTopic] = {}
+        for tp, topic_id in fetch.forgotten:
+            gone = forgotten.get(tp.topic)
+            if gone is None:
+                gone = forgotten[tp.topic] = m.FetchRequest.ForgottenTopic(
+                    topic=tp.topic, topic_id=topic_id
                 )
-            )
-            sent[tp] = (state.fetch_offset, state.generation)
+            gone.partitions.append(tp.partition)
         request = m.FetchRequest(
             replica_id=CONSUMER_REPLICA_ID,
             max_wait_ms=self._settings.fetch_max_wait_ms,
             min_bytes=self._settings.fetch_min_bytes,
             max_bytes=self._settings.fetch_max_bytes,
             isolation_level=self._settings.isolation_level_code,
+            session_id=fetch.session_id,
+            session_epoch=fetch.epoch,
             topics=list(topics.values()),
+            forgotten_topics_data=list(forgotten.values()),
         )
         return request, sent
 

@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from riverbed.hot.replication.fetch_watch import FetchWatch
 from riverbed.hot.replication.followers import UNKNOWN_OFFSET, FollowerTracker
 from riverbed.hot.replication.partitions import CommitWaiters, Partition
 from riverbed.hot.storage.log import LogConfig, PartitionLog
@@ -120,3 +121,39 @@ def test_a_new_leader_behind_its_epoch_start_says_so_until_followers_fetch(
     assert log.high_watermark == 3
     assert not partition.high_watermark_behind_epoch()
     log.close()
+
+
+def test_a_follower_with_a_session_counts_as_fetching_what_it_does_not_name() -> None:
+    """A follower caught up at offset 10 through a session, idle for far longer than the lag
+    bound while its requests name nothing: an append must not make it look lagging, and one
+    whose session clock stopped (it stopped fetching) must."""
+    tracker = FollowerTracker([2, 3], in_sync=[1, 2, 3], now_ms=0)
+    fetching = FetchWatch(follower=True, uses_topic_ids=True, now_ms=0)
+    stopped = FetchWatch(follower=True, uses_topic_ids=True, now_ms=0)
+    tracker.on_fetch(2, 10, leader_end_offset=10, now_ms=1_000, watch=fetching)
+    tracker.on_fetch(3, 10, leader_end_offset=10, now_ms=1_000, watch=stopped)
+    idle_until_ms = 1_000 + 5 * LAG_MAX_MS
+    fetching.last_fetch_ms = idle_until_ms  # its latest request, naming nothing
+    stopped.last_fetch_ms = 2_000  # its last request, long ago
+    assert not tracker.out_of_sync([2, 3], 10, now_ms=idle_until_ms, lag_max_ms=LAG_MAX_MS)
+    tracker.before_end_moves(10)  # an append moves the leader's end past 10
+    after_append_ms = idle_until_ms + 50
+    assert tracker.out_of_sync([2, 3], 11, now_ms=after_append_ms, lag_max_ms=LAG_MAX_MS) == {3}
+    # Its next request names the partition (it was marked) at the old offset: still in sync by
+    # the previous-fetch rule, then caught up once it copied the append.
+    tracker.on_fetch(2, 10, leader_end_offset=11, now_ms=after_append_ms + 50, watch=fetching)
+    assert not tracker.out_of_sync(
+        [2], 11, now_ms=idle_until_ms + LAG_MAX_MS, lag_max_ms=LAG_MAX_MS
+    )
+    tracker.on_fetch(2, 11, leader_end_offset=11, now_ms=after_append_ms + 100, watch=fetching)
+    assert tracker.log_end_offset(2) == 11
+
+
+def test_a_closed_session_stops_counting_as_fetches() -> None:
+    tracker = FollowerTracker([2], in_sync=[1, 2], now_ms=0)
+    watch = FetchWatch(follower=True, uses_topic_ids=False, now_ms=0)
+    tracker.on_fetch(2, 5, leader_end_offset=5, now_ms=100, watch=watch)
+    watch.last_fetch_ms = 5 * LAG_MAX_MS
+    watch.close()
+    tracker.before_end_moves(5)
+    assert tracker.out_of_sync([2], 6, now_ms=5 * LAG_MAX_MS, lag_max_ms=LAG_MAX_MS) == {2}

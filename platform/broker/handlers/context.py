@@ -8,6 +8,11 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from riverbed.broker.fetch_sessions import (
+    SESSION_CACHE_SLOTS_DEFAULT,
+    SESSION_EVICTION_MS_DEFAULT,
+    FetchSessionCache,
+)
 from riverbed.broker.groups.coordinator import GroupCoordinator
 from riverbed.broker.metrics import BrokerMetrics
 from riverbed.configs import BrokerConfig
@@ -50,6 +55,12 @@ class BrokerContext:
     # Both set when authorizer.class.name is: requests are checked against ACLs.
     authorizer: Authorizer | None = None
     acl_store: AclStore | None = None
+    # Fetch sessions (KIP-227); the broker sizes it from its configs.
+    fetch_sessions: FetchSessionCache = field(
+        default_factory=lambda: FetchSessionCache(
+            SESSION_CACHE_SLOTS_DEFAULT, SESSION_EVICTION_MS_DEFAULT
+        )
+    )
     # Futures of handlers waiting for a metadata change to be applied locally (see wait_until).
     _applied_waiters: set[asyncio.Future[None]] = field(default_factory=set)
 

@@ -107,6 +107,7 @@ async def _move(
         partition.check_leader()  # the leadership may have moved while the store was written
     try:
         partition_log.advance_log_start_offset(offset)
+        partition.log_start_moved()  # fetch sessions tell their followers and consumers
         if not tiered:
             partition_log.delete_segments_below(offset, reason="deleted records")
     except OSError as error:

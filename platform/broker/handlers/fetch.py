@@ -10,8 +10,14 @@ Followers fetch with their broker id as `replica_id`: they read up to the log en
 than the HW, park on appends rather than HW moves, and each fetch offset tells the leader how far
 that follower has replicated (which can move the HW and the ISR).
 
-Fetch sessions (KIP-227) are not kept: every response carries session id 0, which tells clients
-to keep sending full fetch requests — what Kafka does when its session cache is full.
+Fetch sessions (KIP-227, riverbed.broker.fetch_sessions): a full fetch at epoch 0 creates a
+session when the cache has room; incremental fetches then name only the partitions whose
+request changed, and are answered with only the partitions that have records, an error, or a
+moved high watermark, last stable offset or log start. Partitions mark the sessions holding
+them when they change (hot.replication.fetch_watch), so an incremental fetch reads only marked,
+named or still-owed partitions and parks on one future: its cost follows what changed, not the
+session's size. A follower's session also stands for its fetches of the partitions it does not
+name (FollowerTracker.before_end_moves), so an idle follower stays in sync.
 """
 
 from __future__ import annotations
@@ -22,8 +28,15 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from riverbed.broker.fetch_sessions import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    INVALID_SESSION_ID,
+    FetchSession,
+)
 from riverbed.broker.handlers.context import BrokerContext
 from riverbed.broker.metrics import CONSUMER, FOLLOWER, BrokerMetrics
+from riverbed.hot.replication.fetch_watch import FetchWatch, PartitionKey
 from riverbed.hot.replication.followers import monotonic_ms
 from riverbed.hot.storage.log import ReadResult
 from riverbed.protocol import messages as m
@@ -44,9 +57,12 @@ CONSUMER_REPLICA_ID = -1
 FETCH_MAX_WAIT_MS_MAX = 60_000
 # Partition results that let a fetch go on waiting for data.
 _WAITING_CODES = frozenset({ErrorCode.NONE, ErrorCode.TOPIC_AUTHORIZATION_FAILED})
-# Fetch session ids we hand out: none (see the module docstring).
-NO_SESSION_ID = 0
+# Fetch v7 brought sessions; older requests are sessionless.
+FETCH_SESSIONS_VERSION_MIN = 7
 ZERO_UUID = uuid.UUID(int=0)
+# What one partition of a fetch asks: (topic name from the request, topic id, the partition's
+# request, its key in the session or None without one).
+_Wanted = tuple[str, uuid.UUID, m.FetchRequest.FetchPartition, PartitionKey | None]
 
 
 @dataclass(slots=True)
@@ -62,6 +78,9 @@ class _PartitionRead:
     remote_batches: bytes | None = None
     # Offsets the response hands out from the fetch offset on (riverbed_topic_records_out).
     offsets_out: int = 0
+    key: PartitionKey | None = None  # in the fetch session
+    # Readable data beyond the fetch offset (whether or not this response had room for it).
+    more_to_read: bool = False
 
     @property
     def size_bytes(self) -> int:
@@ -73,122 +92,224 @@ class _PartitionRead:
 async def handle_fetch(
     ctx: BrokerContext, request: m.FetchRequest, version: int, access: Access
 ) -> m.FetchResponse:
-    if request.session_id != NO_SESSION_ID:
-        return m.FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
+    replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
+    follower = replica_id >= 0
+    sessions = ctx.fetch_sessions
+    now_ms = monotonic_ms()
+    session: FetchSession | None = None
+    full = version < FETCH_SESSIONS_VERSION_MIN or request.session_epoch in (
+        INITIAL_EPOCH,
+        FINAL_EPOCH,
+    )
+    if full:
+        if version >= FETCH_SESSIONS_VERSION_MIN and request.session_id != INVALID_SESSION_ID:
+            sessions.remove(request.session_id)  # a full fetch closes the session it names
+        if version >= FETCH_SESSIONS_VERSION_MIN and request.session_epoch == INITIAL_EPOCH:
+            size = sum(len(topic.partitions) for topic in request.topics)
+            session = sessions.new_session(
+                follower=follower, size=size, version=version, now_ms=now_ms
+            )
+    else:
+        opened = sessions.open_incremental(request.session_id, request.session_epoch, version)
+        if isinstance(opened, ErrorCode):
+            return m.FetchResponse(error_code=opened, session_id=INVALID_SESSION_ID)
+        session = opened
+        _update_session(ctx, session, request)
+        if not sessions.continued(session, now_ms):
+            session, full = None, True  # it held nothing more: a sessionless answer
+    wanted = _requested(request, session)
+    if session is None or full:
+        return await _serve(ctx, request, version, access, replica_id, wanted, session)
+    return await _serve(ctx, request, version, access, replica_id, None, session)
+
+
+def _requested(request: m.FetchRequest, session: FetchSession | None) -> list[_Wanted]:
+    """The partitions the request names; each joins `session`, if any (a full fetch)."""
+    uses_ids = session is not None and session.uses_topic_ids
+    wanted: list[_Wanted] = []
+    for topic in request.topics:
+        for partition in topic.partitions:
+            key: PartitionKey | None = None
+            if session is not None:
+                key = (topic.topic_id if uses_ids else topic.topic, partition.partition)
+                session.put(key, topic.topic, topic.topic_id, partition)
+            wanted.append((topic.topic, topic.topic_id, partition, key))
+    return wanted
+
+
+def _update_session(ctx: BrokerContext, session: FetchSession, request: m.FetchRequest) -> None:
+    """An incremental request's changes: the partitions it names join or update the session,
+    its forgotten ones leave it (and stop marking it)."""
+    _requested(request, session)
+    uses_ids = session.uses_topic_ids
+    for forgotten in request.forgotten_topics_data:
+        for index in forgotten.partitions:
+            key: PartitionKey = (forgotten.topic_id if uses_ids else forgotten.topic, index)
+            cached = session.forget(key)
+            if cached is None:
+                continue
+            name, _ = _resolve_topic(ctx, cached.topic, cached.topic_id, uses_ids)
+            partition = ctx.partitions.get(name, index) if name is not None else None
+            if partition is not None:
+                partition.watches.pop(session.watch, None)
+
+
+async def _serve(
+    ctx: BrokerContext,
+    request: m.FetchRequest,
+    version: int,
+    access: Access,
+    replica_id: int,
+    wanted: list[_Wanted] | None,
+    session: FetchSession | None,
+) -> m.FetchResponse:
+    """Read and long-poll: the partitions `wanted` (a full fetch, which `session` starts if
+    given), or what `session` must read (an incremental fetch, `wanted` None)."""
     loop = asyncio.get_running_loop()
     max_wait_ms = min(max(request.max_wait_ms, 0), FETCH_MAX_WAIT_MS_MAX)
     deadline = loop.time() + max_wait_ms / 1000
-    replica_id = request.replica_state.replica_id if version >= 15 else request.replica_id
-    denied = _denied_topics(ctx, request, version, replica_id, access)
+    uses_ids = version >= 13
+    watch = session.watch if session is not None else None
+    incremental = wanted is None
     arrived = True
     while True:
-        reads = _read_all(ctx, request, version, replica_id, denied, arrived=arrived)
+        if session is not None and incremental:
+            to_read: list[_Wanted] = [
+                (cached.topic, cached.topic_id, cached.wanted, key)
+                for key, cached in session.to_read()
+            ]
+        else:
+            assert wanted is not None
+            to_read = wanted
+        denied = _denied_topics(ctx, to_read, uses_ids, replica_id, access)
+        reads = _read_all(
+            ctx, to_read, request.max_bytes, uses_ids, replica_id, denied, arrived, watch
+        )
         arrived = False
         await _read_remote(ctx, reads)
         size_bytes = sum(r.size_bytes for r in reads)
         # Like Kafka, the partitions the principal may not read do not end the long poll of the
         # others (a consumer would spin on them), but a fetch of only those is answered at once.
+        # An incremental fetch with nothing to read waits for its session's partitions.
         has_error = any(r.data.error_code not in _WAITING_CODES for r in reads)
         readable = any(r.data.error_code != ErrorCode.TOPIC_AUTHORIZATION_FAILED for r in reads)
+        readable = readable or (incremental and not reads)
         remaining_s = deadline - loop.time()
         if size_bytes >= request.min_bytes or has_error or remaining_s <= 0 or not readable:
             _count_out(ctx.metrics, reads, FOLLOWER if replica_id >= 0 else CONSUMER)
-            return _response(reads, version)
+            return _response(reads, session, incremental=incremental)
         _release(reads)
-        await _wait_for_data(ctx, reads, remaining_s, follower=replica_id >= 0)
+        if watch is not None:
+            await _wait_for_change(watch, remaining_s)
+        else:
+            await _wait_for_data(ctx, reads, remaining_s, follower=replica_id >= 0)
 
 
 def _denied_topics(
-    ctx: BrokerContext, request: m.FetchRequest, version: int, replica_id: int, access: Access
+    ctx: BrokerContext, wanted: list[_Wanted], uses_ids: bool, replica_id: int, access: Access
 ) -> frozenset[str]:
-    """Topics the fetch may not read, checked once per request (not per long-poll round): a
-    follower needs CLUSTER_ACTION on the cluster for all of them, a consumer READ on each."""
+    """Topics the fetch may not read, checked once per read round: a follower needs
+    CLUSTER_ACTION on the cluster for all of them, a consumer READ on each."""
     if not access.enabled:
         return frozenset()
-    names = [name for name, _ in (_resolve_topic(ctx, t, version) for t in request.topics) if name]
+    names = {
+        name
+        for name, _ in (_resolve_topic(ctx, t, tid, uses_ids) for t, tid, _, _ in wanted)
+        if name
+    }
     if replica_id >= 0:
         return (
             frozenset() if access.allows_cluster(AclOperation.CLUSTER_ACTION) else frozenset(names)
         )
-    return access.denied(AclOperation.READ, ResourceType.TOPIC, names)
+    return access.denied(AclOperation.READ, ResourceType.TOPIC, list(names))
 
 
 def _read_all(
     ctx: BrokerContext,
-    request: m.FetchRequest,
-    version: int,
+    wanted: list[_Wanted],
+    max_bytes: int,
+    uses_ids: bool,
     replica_id: int,
     denied: frozenset[str],
-    *,
     arrived: bool,
+    watch: FetchWatch | None,
 ) -> list[_PartitionRead]:
-    """Read every requested partition once, within the request's byte budgets (`arrived`: the
-    first read of the request, not one after its long poll woke)."""
+    """Read every wanted partition once, within the request's byte budgets (`arrived`: the
+    first read of the request, not one after its long poll woke; `watch`: the fetch session's,
+    which each partition read marks from now on)."""
     reads: list[_PartitionRead] = []
-    budget_bytes = request.max_bytes
+    budget_bytes = max_bytes
     anything_read = False
-    for topic in request.topics:
-        name, topic_id = _resolve_topic(ctx, topic, version)
-        for wanted in topic.partitions:
-            data = PartitionData(
-                partition_index=wanted.partition,
-                high_watermark=-1,
-                last_stable_offset=-1,
-                log_start_offset=-1,
+    for topic, topic_id_asked, partition_wanted, key in wanted:
+        name, topic_id = _resolve_topic(ctx, topic, topic_id_asked, uses_ids)
+        data = PartitionData(
+            partition_index=partition_wanted.partition,
+            high_watermark=-1,
+            last_stable_offset=-1,
+            log_start_offset=-1,
+        )
+        read = _PartitionRead(name or "", topic_id, data, key=key)
+        reads.append(read)
+        if name is None:
+            data.error_code = ErrorCode.UNKNOWN_TOPIC_ID
+            continue
+        if name in denied:
+            data.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            continue
+        try:
+            result = _read_partition(
+                ctx,
+                name,
+                partition_wanted,
+                read,
+                budget_bytes,
+                replica_id=replica_id,
+                first_non_empty=not anything_read,
+                arrived=arrived,
+                watch=watch,
             )
-            read = _PartitionRead(name or "", topic_id, data)
-            reads.append(read)
-            if name is None:
-                data.error_code = ErrorCode.UNKNOWN_TOPIC_ID
-                continue
-            if name in denied:
-                data.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                continue
-            try:
-                result = _read_partition(
-                    ctx,
-                    name,
-                    wanted,
-                    data,
-                    budget_bytes,
-                    replica_id=replica_id,
-                    first_non_empty=not anything_read,
-                    arrived=arrived,
-                )
-            except KafkaError as error:
-                if not _goes_remote(ctx, read, wanted, error, budget_bytes, replica_id, reads):
-                    data.error_code = error.code
-                continue
-            if result is not None:
-                read.region = result.region
-                read.offsets_out = result.next_offset - wanted.fetch_offset
-                budget_bytes -= result.region.size
-                anything_read = True
+        except KafkaError as error:
+            if not _goes_remote(
+                ctx, read, partition_wanted, error, budget_bytes, replica_id, reads
+            ):
+                data.error_code = error.code
+            continue
+        if result is not None:
+            read.region = result.region
+            read.offsets_out = result.next_offset - partition_wanted.fetch_offset
+            budget_bytes -= result.region.size
+            anything_read = True
     return reads
 
 
 def _resolve_topic(
-    ctx: BrokerContext, topic: m.FetchRequest.FetchTopic, version: int
+    ctx: BrokerContext, topic: str, topic_id: uuid.UUID, uses_ids: bool
 ) -> tuple[str | None, uuid.UUID]:
-    if version >= 13:
-        metadata = ctx.cache.topic_by_id(topic.topic_id)
-        return (metadata.name if metadata is not None else None), topic.topic_id
-    metadata = ctx.cache.topic(topic.topic)
-    return topic.topic, (metadata.topic_id if metadata is not None else ZERO_UUID)
+    """(name, id) of a requested topic: by id from Fetch v13 on (None: unknown id), by name
+    before."""
+    if uses_ids:
+        metadata = ctx.cache.topic_by_id(topic_id)
+        return (metadata.name if metadata is not None else None), topic_id
+    metadata = ctx.cache.topic(topic)
+    return topic, (metadata.topic_id if metadata is not None else ZERO_UUID)
 
 
 def _read_partition(
     ctx: BrokerContext,
     topic: str,
     wanted: m.FetchRequest.FetchPartition,
-    data: PartitionData,
+    read: _PartitionRead,
     budget_bytes: int,
     *,
     replica_id: int,
     first_non_empty: bool,
     arrived: bool,
+    watch: FetchWatch | None,
 ) -> ReadResult | None:
+    data = read.data
     partition = ctx.leader_partition(topic, wanted.partition, wanted.current_leader_epoch)
+    if watch is not None:
+        partition.watches[watch] = None  # from now on its changes mark the session
     partition_log = partition.log
     if replica_id >= 0:
         # Checked against the log's range before it counts as the follower's position.
@@ -216,7 +337,7 @@ def _read_partition(
             # Once per request, as Kafka updates a follower's state: after a long poll the
             # follower is where it was, and the HW and the ISR were settled with it then.
             partition.record_follower_fetch(
-                replica_id, wanted.fetch_offset, monotonic_ms(), wanted.log_start_offset
+                replica_id, wanted.fetch_offset, monotonic_ms(), wanted.log_start_offset, watch
             )
             if replica_id not in partition.isr:
                 ctx.isr_manager.check(partition)  # it may have caught up enough to rejoin
@@ -235,6 +356,7 @@ def _read_partition(
         )
     else:
         data.log_start_offset = ctx.known_log_start_offset(partition)
+    read.more_to_read = wanted.fetch_offset < max_offset
     if replica_id >= 0 and wanted.fetch_offset == max_offset:
         return None  # a follower at our log end (its offset was range-checked above)
     max_bytes = min(wanted.partition_max_bytes, budget_bytes)
@@ -358,12 +480,33 @@ async def _wait_for_data(
             waiters.unpark(future)
 
 
+async def _wait_for_change(watch: FetchWatch, timeout_s: float) -> None:
+    """Park a session's fetch until one of its partitions has news for it (an append for a
+    follower, a HW move for a consumer, any role or log start change), or the timeout: one
+    future for the whole session, however many partitions it holds."""
+    if watch.changed:
+        return  # marked while this round read: look again at once
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[None] = loop.create_future()
+    watch.park(future)
+    timer = loop.call_later(timeout_s, _wake, future)
+    try:
+        await future
+    finally:
+        timer.cancel()
+        watch.unpark()
+
+
 def _wake(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
 
 
-def _response(reads: list[_PartitionRead], version: int) -> m.FetchResponse:
+def _response(
+    reads: list[_PartitionRead], session: FetchSession | None, *, incremental: bool
+) -> m.FetchResponse:
+    """The answer: every read partition, except that an incremental one carries only those
+    with records, an error or a moved offset (which the session remembers)."""
     topics: list[TopicResponse] = []
     by_topic: dict[tuple[str, uuid.UUID], TopicResponse] = {}
     for read in reads:
@@ -371,6 +514,10 @@ def _response(reads: list[_PartitionRead], version: int) -> m.FetchResponse:
             read.data.records = read.region
         else:
             read.data.records = read.remote_batches or b""
+        if session is not None and read.key is not None:
+            include = session.answer(read.key, read.data, read.size_bytes, read.more_to_read)
+            if incremental and not include:
+                continue
         key = (read.topic, read.topic_id)
         topic = by_topic.get(key)
         if topic is None:
@@ -378,7 +525,8 @@ def _response(reads: list[_PartitionRead], version: int) -> m.FetchResponse:
             by_topic[key] = topic
             topics.append(topic)
         topic.partitions.append(read.data)
-    return m.FetchResponse(error_code=ErrorCode.NONE, session_id=NO_SESSION_ID, responses=topics)
+    session_id = session.id if session is not None else INVALID_SESSION_ID
+    return m.FetchResponse(error_code=ErrorCode.NONE, session_id=session_id, responses=topics)
 
 
 def _release(reads: list[_PartitionRead]) -> None:

@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
+from riverbed.hot.replication.fetch_watch import FetchWatch
+
 UNKNOWN_OFFSET: Final = -1
 
 
@@ -31,6 +33,9 @@ class FollowerState:
     leader_end_offset_at_last_fetch: int
     # What its fetches report (FetchRequest v5+): DeleteRecords waits for it to follow.
     log_start_offset: int = UNKNOWN_OFFSET
+    # The fetch session its last fetch of this partition came through: while it is open, each
+    # of its requests fetches this partition again at `log_end_offset`, named or not.
+    watch: FetchWatch | None = None
 
 
 class FollowerTracker:
@@ -78,11 +83,14 @@ class FollowerTracker:
         leader_end_offset: int,
         now_ms: int,
         log_start_offset: int = UNKNOWN_OFFSET,
+        watch: FetchWatch | None = None,
     ) -> bool:
-        """Record a fetch from `fetch_offset`; whether the follower's log end moved up (only
-        then can the high watermark move because of it)."""
+        """Record a fetch from `fetch_offset` (through the fetch session of `watch`, if any);
+        whether the follower's log end moved up (only then can the high watermark move because
+        of it)."""
         state = self._followers[follower_id]
         state.log_start_offset = log_start_offset
+        state.watch = watch
         if fetch_offset >= leader_end_offset:
             state.last_caught_up_ms = max(state.last_caught_up_ms, now_ms)
         elif fetch_offset >= state.leader_end_offset_at_last_fetch:
@@ -92,6 +100,24 @@ class FollowerTracker:
         state.leader_end_offset_at_last_fetch = leader_end_offset
         state.last_fetch_ms = now_ms
         return moved
+
+    def before_end_moves(self, leader_end_offset: int) -> None:
+        """The leader's log end is about to move past `leader_end_offset`. A follower with an
+        open fetch session fetched this partition implicitly on every request since its last
+        recorded fetch (the partition did not change, so the request did not name it and the
+        leader did not read it): those fetches are recorded now, as one at the session's latest
+        request, before the move makes the follower look behind. Without this, an append to a
+        partition idle for longer than replica.lag.time.max.ms would drop every follower from
+        its ISR; with it, a follower that stopped fetching still drops out, as its session's
+        clock stopped."""
+        for state in self._followers.values():
+            watch = state.watch
+            if watch is None or not watch.open or watch.last_fetch_ms <= state.last_fetch_ms:
+                continue
+            if state.log_end_offset >= leader_end_offset:
+                state.last_caught_up_ms = max(state.last_caught_up_ms, watch.last_fetch_ms)
+            state.leader_end_offset_at_last_fetch = leader_end_offset
+            state.last_fetch_ms = watch.last_fetch_ms
 
     def out_of_sync(
         self, members: Iterable[int], leader_end_offset: int, now_ms: int, lag_max_ms: int

@@ -18,6 +18,12 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from riverbed.hot.replication.fetch_watch import (
+    END_MOVED,
+    HIGH_WATERMARK_MOVED,
+    OTHER_CHANGE,
+    FetchWatch,
+)
 from riverbed.hot.replication.followers import FollowerTracker
 from riverbed.hot.storage.log import AppendResult, LogConfig, PartitionLog
 from riverbed.hot.storage.log_manager import LogManager
@@ -116,6 +122,10 @@ class Partition:
         self.commit_waiters = CommitWaiters()
         # DeleteRecords requests waiting for every in-sync replica's log start to follow.
         self.low_watermark_waiters = CommitWaiters()
+        # The fetch sessions holding this partition: each is told what moves here, so it reads
+        # only changed partitions (riverbed.hot.replication.fetch_watch). Closed ones linger
+        # until the next change drops them.
+        self.watches: dict[FetchWatch, None] = {}
         self._followers: FollowerTracker | None = None
         self._epoch_start_offset = 0
 
@@ -160,6 +170,8 @@ class Partition:
                 ) from error
             followers = (replica for replica in replicas if replica != self.broker_id)
             self._followers = FollowerTracker(followers, isr, now_ms)
+            # Fetch sessions must read it again: their followers' states here start over.
+            self.notify_watches(OTHER_CHANGE)
         self.maybe_advance_high_watermark()
         return new_term
 
@@ -177,6 +189,8 @@ class Partition:
         self._followers = None
         if was_leader:
             self._resign()
+        if changed or was_leader:
+            self.notify_watches(OTHER_CHANGE)
         return changed
 
     def close(self) -> None:
@@ -191,6 +205,26 @@ class Partition:
         self.low_watermark_waiters.fail_all(moved)
         self.data_waiters.wake_all()
         self.end_waiters.wake_all()
+        self.notify_watches(OTHER_CHANGE)
+
+    def notify_watches(self, change: int) -> None:
+        """Tell the fetch sessions holding this partition that `change` happened (a
+        fetch_watch constant); drop those that closed since."""
+        watches = self.watches
+        if not watches:
+            return
+        closed = None
+        for watch in watches:
+            if watch.open:
+                watch.mark(self.topic, self.topic_id, self.index, change)
+            else:
+                closed = [watch] if closed is None else [*closed, watch]
+        for watch in closed or ():
+            del watches[watch]
+
+    def log_start_moved(self) -> None:
+        """The leader's log start moved (DeleteRecords): fetch sessions answer the new one."""
+        self.notify_watches(OTHER_CHANGE)
 
     def check_leader(self, current_leader_epoch: int = -1) -> None:
         """Raise the error a client must see when it talks to the wrong replica or epoch."""
@@ -216,25 +250,36 @@ class Partition:
             return duplicate
         if self.log_append_time:
             headers = stamp_log_append_time(records, headers, now_ms)
+        if self._followers is not None:
+            # Followers fetching through sessions were caught up until now without saying so.
+            self._followers.before_end_moves(self.log.log_end_offset)
         result = self.log.append(records, headers, self.leader_epoch)
         self._after_append(result)
         self.producer_state.on_append(headers, result.first_offset)
         self.end_waiters.wake_all()
+        self.notify_watches(END_MOVED)
         self.maybe_advance_high_watermark()
         return result
 
     def record_follower_fetch(
-        self, follower_id: int, fetch_offset: int, now_ms: int, log_start_offset: int = -1
+        self,
+        follower_id: int,
+        fetch_offset: int,
+        now_ms: int,
+        log_start_offset: int = -1,
+        watch: FetchWatch | None = None,
     ) -> None:
         """A follower fetched from `fetch_offset`: it has every offset below it, and its log
-        starts at `log_start_offset` (-1: it did not say)."""
+        starts at `log_start_offset` (-1: it did not say). `watch`: the fetch session it
+        fetches through, which goes on fetching the partition at that offset on each of its
+        requests (None: a sessionless fetch)."""
         followers = self._followers
         if followers is None or follower_id not in followers:
             raise KafkaError(
                 ErrorCode.REPLICA_NOT_AVAILABLE, f"broker {follower_id} is not a replica of {self}"
             )
         moved = followers.on_fetch(
-            follower_id, fetch_offset, self.log.log_end_offset, now_ms, log_start_offset
+            follower_id, fetch_offset, self.log.log_end_offset, now_ms, log_start_offset, watch
         )
         # The HW is the lowest log end of the ISR, so a follower's fetch can only raise it when
         # that follower's log end rose (ISR changes and appends to a leader alone advance it
@@ -276,6 +321,7 @@ class Partition:
         self.log.update_high_watermark(bound)
         self.commit_waiters.release_up_to(bound)
         self.data_waiters.wake_all()
+        self.notify_watches(HIGH_WATERMARK_MOVED)
         return True
 
     def wanted_isr(self, now_ms: int, lag_max_ms: int) -> frozenset[int] | None:

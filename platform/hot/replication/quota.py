@@ -56,6 +56,12 @@ class ReplicationQuota:
         entries = {item.strip() for item in listed.split(",")}
         return "*" in entries or f"{partition}:{self._broker_id}" in entries
 
+    def throttles_topic(self, topic: str) -> bool:
+        """Whether any replica of `topic` may be throttled (a quick check per topic, for the
+        fetchers that then look no further)."""
+        metadata = self._cache.topic(topic)
+        return metadata is not None and bool(metadata.configs.get(FOLLOWER_REPLICAS_CONFIG))
+
     def rate_bytes_per_s(self) -> int:
         try:
             return dynamic_broker_config(self._cache.broker_default_configs)[FOLLOWER_RATE_CONFIG]

@@ -9,8 +9,18 @@ leader does not know the follower's. Then fetches append the leader's batches by
 (after a CRC check) and follow the leader's high watermark.
 
 The fetcher long-polls (`replica.fetch.wait.max.ms`), so an idle follower costs the leader one
-parked request. Errors back off per fetcher (connection) or per partition (a leader that does not
-lead it yet: the metadata watch brings the change) and are retried; nothing is dropped.
+parked request. It fetches through a fetch session (KIP-227) when the leader grants one: a full
+fetch at epoch 0 names every partition, then incremental fetches name only the partitions whose
+fetch offset, epochs or log start changed, that joined, or that left (forgotten); the leader
+answers only partitions with news. The fetcher keeps those partitions in a dirty set (appended,
+truncated, added, removed, backed off), so a fetch costs what changed, not the partition count.
+A session error (FETCH_SESSION_ID_NOT_FOUND, INVALID_FETCH_SESSION_EPOCH,
+FETCH_SESSION_TOPIC_ID_ERROR) or a lost connection starts a new session with a full fetch; a
+response with session id 0 (the leader's cache is full) means full fetches go on, as before
+sessions. While any followed topic lists throttled replicas the fetcher fetches without a
+session (the follower quota shares its allowance over all throttled partitions of each fetch).
+Errors back off per fetcher (connection) or per partition (a leader that does not lead it yet: the
+metadata watch brings the change) and are retried; nothing is dropped.
 """
 
 from __future__ import annotations
@@ -60,6 +70,22 @@ LEADERSHIP_LAG_ERRORS: Final = frozenset(
 REPLICA_SOCKET_TIMEOUT_MS: Final = 30_000
 # A follower's fetch is a consumer fetch plus the replica id.
 READ_UNCOMMITTED: Final = 0
+ZERO_UUID: Final = uuid.UUID(int=0)
+# Fetch sessions (KIP-227): a request's (session id, epoch) meanings, as the leader reads them.
+NO_SESSION_ID: Final = 0
+INITIAL_EPOCH: Final = 0
+EPOCH_MAX: Final = 2**31 - 1
+# Top-level errors after which the fetcher starts a new session (with a full fetch) at once.
+SESSION_ERRORS: Final = frozenset(
+    {
+        ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+        ErrorCode.INVALID_FETCH_SESSION_EPOCH,
+        ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR,
+    }
+)
+# What the leader's session holds for a partition: topic id, leader epoch, fetch offset, last
+# fetched epoch, log start, max bytes. A partition is named again only when this changes.
+_SessionEntry = tuple[uuid.UUID, int, int, int, int, int]
 
 
 @dataclass(eq=False, slots=True)
@@ -149,6 +175,17 @@ class LeaderFetcher:
         self._connection: BrokerConnection | None = None
         self._plan: _FetchPlan | None = None  # the last fetch's, reused while it fits
         self._stopping = False
+        # Followed partitions per topic: whether a topic is throttled is asked per topic.
+        self._topics: dict[str, int] = {}
+        # The fetch session with the leader: its id and the epoch of the next request (0: the
+        # next is a full fetch), what it holds per partition, and the partitions whose entry
+        # may differ from what it holds (checked at the next fetch).
+        self._session_id = NO_SESSION_ID
+        self._session_epoch = INITIAL_EPOCH
+        self._in_session: dict[tuple[str, int], _SessionEntry] = {}
+        self._dirty: set[tuple[str, int]] = set()
+        self._untruncated: set[tuple[str, int]] = set()
+        self._delayed: dict[tuple[str, int], _Followed] = {}
         self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{leader_id}")
 
     def add(self, partition: Partition) -> None:
@@ -160,7 +197,11 @@ class LeaderFetcher:
             and current.leader_epoch == partition.leader_epoch
         ):
             return
+        if current is None:
+            self._topics[partition.topic] = self._topics.get(partition.topic, 0) + 1
         self._followed[key] = _Followed(partition, partition.leader_epoch)
+        self._untruncated.add(key)
+        self._dirty.add(key)
         self._changed.set()
 
     def remove(self, partition: Partition) -> None:
@@ -168,6 +209,12 @@ class LeaderFetcher:
         current = self._followed.get(key)
         if current is not None and current.partition is partition:
             del self._followed[key]
+            left = self._topics[partition.topic] - 1
+            if left:
+                self._topics[partition.topic] = left
+            else:
+                del self._topics[partition.topic]
+            self._dirty.add(key)  # forgotten by the session at the next fetch
 
     def __len__(self) -> int:
         return len(self._followed)
@@ -183,6 +230,21 @@ class LeaderFetcher:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while not self._stopping:
+            if self._followed and not self._throttling():
+                try:
+                    await self._session_round(await self._connect())
+                except (OSError, TimeoutError, KafkaError) as error:
+                    log.warning(
+                        "broker %d: fetching from leader %d failed: %s",
+                        self._broker_id,
+                        self.leader_id,
+                        error,
+                    )
+                    self._reset_session(close=True)
+                    await self._disconnect()
+                    await asyncio.sleep(REPLICA_FETCH_BACKOFF_MS / 1000)
+                continue
+            self._reset_session(close=True)
             ready = [f for f in self._followed.values() if f.retry_at_s <= loop.time()]
             if not ready:
                 self._changed.clear()
@@ -240,6 +302,174 @@ class LeaderFetcher:
             else REPLICA_FETCH_BACKOFF_MS
         )
         followed.retry_at_s = asyncio.get_running_loop().time() + delay_ms / 1000
+        key = (followed.partition.topic, followed.partition.index)
+        # Out of the session while it waits (Kafka's delayed partitions leave the fetch too).
+        self._delayed[key] = followed
+        self._dirty.add(key)
+
+    def _needs_truncation(self, followed: _Followed) -> None:
+        followed.truncated = False
+        key = (followed.partition.topic, followed.partition.index)
+        self._untruncated.add(key)
+        self._dirty.add(key)
+
+    # -- fetch sessions ------------------------------------------------------------------------
+
+    def _throttling(self) -> bool:
+        """Whether a followed topic lists throttled replicas: then fetches are sessionless."""
+        throttles = self._quota.throttles_topic
+        return any(throttles(topic) for topic in self._topics)
+
+    def _reset_session(self, *, close: bool) -> None:
+        """Start over with a full fetch; `close`: name the old session in it, so the leader
+        drops it (else it is unknown there anyway)."""
+        if not close:
+            self._session_id = NO_SESSION_ID
+        self._session_epoch = INITIAL_EPOCH
+        self._in_session.clear()
+
+    async def _session_round(self, connection: BrokerConnection) -> None:
+        """One fetch through the session: truncate what needs it, then send what changed."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for key, followed in list(self._delayed.items()):
+            if followed.retry_at_s <= now:
+                del self._delayed[key]
+                self._dirty.add(key)
+        untruncated = [
+            self._followed[key]
+            for key in self._untruncated
+            if key in self._followed and key not in self._delayed
+        ]
+        self._untruncated.intersection_update(self._followed)
+        if untruncated:
+            await self._truncate(connection, untruncated)
+            for followed in untruncated:
+                if followed.truncated:
+                    key = (followed.partition.topic, followed.partition.index)
+                    self._untruncated.discard(key)
+                    self._dirty.add(key)
+        full = self._session_epoch == INITIAL_EPOCH
+        request, sent = self._session_request(full)
+        if full and not sent:
+            # Nothing fetchable now: wait for a partition, or the first back-off to end.
+            self._changed.clear()
+            wait_s = min((f.retry_at_s for f in self._delayed.values()), default=None)
+            timeout_s = None if wait_s is None else max(wait_s - loop.time(), 0.0)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    await self._changed.wait()
+            return
+        response = await connection.send_nowait(
+            request, timeout_ms=REPLICA_SOCKET_TIMEOUT_MS + REPLICA_FETCH_WAIT_MAX_MS
+        )
+        if not isinstance(response, m.FetchResponse):
+            raise ProtocolDecodeError(f"expected FetchResponse, got {type(response).__name__}")
+        error = ErrorCode(response.error_code)
+        if error in SESSION_ERRORS:
+            log.info(
+                "broker %d: leader %d answered %s; starting a new fetch session",
+                self._broker_id,
+                self.leader_id,
+                error.name,
+            )
+            self._reset_session(close=error != ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+            return
+        if error != ErrorCode.NONE:
+            raise KafkaError(error, "replica fetch failed")
+        if response.session_id == NO_SESSION_ID:
+            self._reset_session(close=False)  # no session granted: full fetches go on
+        elif full:
+            self._session_id, self._session_epoch = response.session_id, 1
+        else:
+            self._session_epoch = 1 if self._session_epoch == EPOCH_MAX else self._session_epoch + 1
+        for topic_response in response.responses:
+            name = topic_response.topic
+            if not name:
+                metadata = self._cache.topic_by_id(topic_response.topic_id)
+                name = metadata.name if metadata is not None else ""
+            for data in topic_response.partitions:
+                key = (name, data.partition_index)
+                target = sent.get(key)
+                if target is None or not self._current(target):
+                    continue
+                self._apply(target, data)
+                self._dirty.add(key)  # its fetch offset or log start may have moved
+
+    def _session_request(
+        self, full: bool
+    ) -> tuple[m.FetchRequest, dict[tuple[str, int], _Followed]]:
+        """The session's next request: every fetchable partition (full), or those whose entry
+        changed and those to forget (incremental); and the partitions the session then holds
+        (those a response may name)."""
+        keys = list(self._followed) if full else list(self._dirty)
+        self._dirty.clear()
+        if full:
+            self._in_session.clear()
+        topics: dict[str, m.FetchRequest.FetchTopic] = {}
+        forgotten: dict[str, m.FetchRequest.ForgottenTopic] = {}
+        for key in keys:
+            followed = self._followed.get(key)
+            metadata = self._cache.topic(key[0])
+            if (
+                followed is None
+                or not followed.truncated
+                or key in self._delayed
+                or metadata is None
+            ):
+                if key in self._in_session:
+                    del self._in_session[key]
+                    gone = forgotten.get(key[0])
+                    if gone is None:
+                        old_id = metadata.topic_id if metadata is not None else ZERO_UUID
+                        gone = forgotten[key[0]] = m.FetchRequest.ForgottenTopic(
+                            topic=key[0], topic_id=old_id
+                        )
+                    gone.partitions.append(key[1])
+                if followed is not None and metadata is None:
+                    self._back_off(followed)
+                continue
+            partition_log = followed.partition.log
+            entry: _SessionEntry = (
+                metadata.topic_id,
+                followed.leader_epoch,
+                partition_log.log_end_offset,
+                partition_log.leader_epochs.latest_epoch,
+                partition_log.log_start_offset,
+                REPLICA_FETCH_MAX_BYTES,
+            )
+            if self._in_session.get(key) == entry:
+                continue
+            self._in_session[key] = entry
+            topic = topics.get(key[0])
+            if topic is None:
+                topic = topics[key[0]] = m.FetchRequest.FetchTopic(
+                    topic=key[0], topic_id=metadata.topic_id
+                )
+            topic.partitions.append(
+                m.FetchRequest.FetchPartition(
+                    partition=key[1],
+                    current_leader_epoch=entry[1],
+                    fetch_offset=entry[2],
+                    last_fetched_epoch=entry[3],
+                    log_start_offset=entry[4],
+                    partition_max_bytes=entry[5],
+                )
+            )
+        request = m.FetchRequest(
+            replica_id=self._broker_id,
+            replica_state=m.FetchRequest.ReplicaState(replica_id=self._broker_id),
+            max_wait_ms=REPLICA_FETCH_WAIT_MAX_MS,
+            min_bytes=REPLICA_FETCH_MIN_BYTES,
+            max_bytes=REPLICA_FETCH_RESPONSE_MAX_BYTES,
+            isolation_level=READ_UNCOMMITTED,
+            session_id=self._session_id,
+            session_epoch=self._session_epoch,
+            topics=list(topics.values()),
+            forgotten_topics_data=list(forgotten.values()),
+        )
+        sent = {key: self._followed[key] for key in self._in_session}
+        return request, sent
 
     # -- truncation ----------------------------------------------------------------------------
 
@@ -406,7 +636,7 @@ class LeaderFetcher:
                 partition.follow_log_start(data.log_start_offset)
             except OffsetOutOfOrderError as out_of_order:
                 log.warning("%s: %s; checking for divergence again", partition, out_of_order)
-                followed.truncated = False
+                self._needs_truncation(followed)
             except KafkaError as problem:
                 # A corrupt batch from the leader or a failing local disk: nothing is appended;
                 # retry after a pause rather than spin.
@@ -435,7 +665,7 @@ class LeaderFetcher:
             return
         if error == ErrorCode.OFFSET_OUT_OF_RANGE:
             # Our log end is past the leader's (an unclean election): find where we diverge.
-            followed.truncated = False
+            self._needs_truncation(followed)
         else:
             log.info("%s: leader %d answered %s", partition, self.leader_id, error.name)
         self._back_off(followed, error)
