@@ -82,6 +82,8 @@ def _number(value: float, unit: str) -> str:
         return f"{value:,.0f} {unit}"
     if unit == "s":
         return f"{value:.3f} {unit}"
+    if unit == "x":  # a ratio: below 0.1 one decimal would read as zero
+        return f"{value:.3f} {unit}"
     return f"{value:,.1f} {unit}"
 
 
