@@ -40,29 +40,23 @@ from typing import Final
 from riverbed.hot.replication.fetch_watch import FetchWatch, PartitionKey
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.fetch_session_ids import (
+    NO_SESSION_ID,
+    next_epoch,
+)
 
 # Kafka's defaults for max.incremental.fetch.session.cache.slots and
 # min.incremental.fetch.session.eviction.ms (configs.py declares both).
 SESSION_CACHE_SLOTS_DEFAULT: Final = 1000
 SESSION_EVICTION_MS_DEFAULT: Final = 120_000
 
-# The request's (session id, epoch) meanings (Kafka's FetchMetadata).
-INVALID_SESSION_ID: Final = 0
-INITIAL_EPOCH: Final = 0
-FINAL_EPOCH: Final = -1
+# The request's (session id, epoch) meanings: riverbed.protocol.fetch_session_ids.
+INVALID_SESSION_ID: Final = NO_SESSION_ID
 # Session ids are random positive int32s, so a restarted broker rarely reuses a live client's.
 SESSION_ID_MAX: Final = 2**31 - 1
-EPOCH_MAX: Final = 2**31 - 1
 # Fetch v13 names topics by id (KIP-516); a session keeps the naming it was created with.
 TOPIC_ID_VERSION_MIN: Final = 13
 ZERO_UUID: Final = uuid.UUID(int=0)
-
-
-def next_epoch(epoch: int) -> int:
-    """The epoch after `epoch` (Kafka's FetchMetadata.nextEpoch): it wraps to 1, never 0."""
-    if epoch < 0:
-        return FINAL_EPOCH
-    return 1 if epoch == EPOCH_MAX else epoch + 1
 
 
 @dataclass(slots=True, eq=False)

@@ -26,7 +26,7 @@ from typing import Final
 
 from riverbed.client.connection import BrokerConnection
 from riverbed.client.consumer_parts import CONSUMER_REPLICA_ID, ConsumerEvents, WakeupLoop
-from riverbed.client.fetch_session import SESSION_ERRORS, FetchSessionHandler
+from riverbed.client.fetch_session import FetchSessionHandler
 from riverbed.client.fetched_records import ISOLATION_READ_COMMITTED, PartitionFetch
 from riverbed.client.pool import BrokerPool
 from riverbed.client.positions import PartitionPosition, Positions
@@ -36,6 +36,7 @@ from riverbed.common.backoff import backoff_ms
 from riverbed.errors import KafkaError, RetriableError, error_for
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.fetch_session_ids import SESSION_ERRORS
 
 FETCH_API_KEY: Final = 1
 # Fetch v13 names topics by id instead of by name (KIP-516).

@@ -15,22 +15,15 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Final
 
 from riverbed.client.types import TopicPartition
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode
-
-NO_SESSION_ID: Final = 0
-INITIAL_EPOCH: Final = 0
-EPOCH_MAX: Final = 2**31 - 1
-# Top-level errors that end the session (the next Fetch is full); the partitions are fine.
-SESSION_ERRORS: Final = frozenset(
-    {
-        ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
-        ErrorCode.INVALID_FETCH_SESSION_EPOCH,
-        ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR,
-    }
+from riverbed.protocol.fetch_session_ids import (
+    INITIAL_EPOCH,
+    NO_SESSION_ID,
+    SESSION_ERRORS,
+    next_epoch,
 )
 
 # What the broker's session holds for a partition: topic id, leader epoch, offset, max bytes.
@@ -98,7 +91,7 @@ class FetchSessionHandler:
         if self.full:
             self.session_id, self.epoch = session_id, 1
         else:
-            self.epoch = 1 if self.epoch == EPOCH_MAX else self.epoch + 1
+            self.epoch = next_epoch(self.epoch)
         self._held = self._next or {}
         self._next = None
 

@@ -5,15 +5,11 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from riverbed.broker.fetch_sessions import (
-    FINAL_EPOCH,
-    FetchSession,
-    FetchSessionCache,
-    next_epoch,
-)
+from riverbed.broker.fetch_sessions import FetchSession, FetchSessionCache
 from riverbed.hot.replication.fetch_watch import END_MOVED, HIGH_WATERMARK_MOVED, PartitionKey
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode
+from riverbed.protocol.fetch_session_ids import FINAL_EPOCH, next_epoch
 
 EVICTION_MS = 1000
 TOPIC_ID = uuid.uuid4()

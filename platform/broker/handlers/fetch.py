@@ -28,12 +28,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from riverbed.broker.fetch_sessions import (
-    FINAL_EPOCH,
-    INITIAL_EPOCH,
-    INVALID_SESSION_ID,
-    FetchSession,
-)
+from riverbed.broker.fetch_sessions import INVALID_SESSION_ID, FetchSession
 from riverbed.broker.handlers.context import BrokerContext
 from riverbed.broker.metrics import CONSUMER, FOLLOWER, BrokerMetrics
 from riverbed.hot.replication.fetch_watch import FetchWatch, PartitionKey
@@ -41,6 +36,7 @@ from riverbed.hot.replication.followers import monotonic_ms
 from riverbed.hot.storage.log import ReadResult
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError
+from riverbed.protocol.fetch_session_ids import FINAL_EPOCH, INITIAL_EPOCH
 from riverbed.protocol.records_header import iter_batch_headers
 from riverbed.protocol.regions import FileRegion
 from riverbed.security.access import Access

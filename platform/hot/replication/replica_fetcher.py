@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -41,6 +42,12 @@ from riverbed.hot.storage.leader_epoch import UNDEFINED_EPOCH, UNDEFINED_EPOCH_O
 from riverbed.hot.storage.log import OffsetOutOfOrderError
 from riverbed.protocol import messages as m
 from riverbed.protocol.errors import ErrorCode, KafkaError, ProtocolDecodeError
+from riverbed.protocol.fetch_session_ids import (
+    INITIAL_EPOCH,
+    NO_SESSION_ID,
+    SESSION_ERRORS,
+    next_epoch,
+)
 from riverbed.protocol.records import validate_replicated_records
 from riverbed.protocol.regions import FileRegion
 
@@ -71,18 +78,6 @@ REPLICA_SOCKET_TIMEOUT_MS: Final = 30_000
 # A follower's fetch is a consumer fetch plus the replica id.
 READ_UNCOMMITTED: Final = 0
 ZERO_UUID: Final = uuid.UUID(int=0)
-# Fetch sessions (KIP-227): a request's (session id, epoch) meanings, as the leader reads them.
-NO_SESSION_ID: Final = 0
-INITIAL_EPOCH: Final = 0
-EPOCH_MAX: Final = 2**31 - 1
-# Top-level errors after which the fetcher starts a new session (with a full fetch) at once.
-SESSION_ERRORS: Final = frozenset(
-    {
-        ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
-        ErrorCode.INVALID_FETCH_SESSION_EPOCH,
-        ErrorCode.FETCH_SESSION_TOPIC_ID_ERROR,
-    }
-)
 # What the leader's session holds for a partition: topic id, leader epoch, fetch offset, last
 # fetched epoch, log start, max bytes. A partition is named again only when this changes.
 _SessionEntry = tuple[uuid.UUID, int, int, int, int, int]
@@ -247,12 +242,7 @@ class LeaderFetcher:
             self._reset_session(close=True)
             ready = [f for f in self._followed.values() if f.retry_at_s <= loop.time()]
             if not ready:
-                self._changed.clear()
-                wait_s = min((f.retry_at_s for f in self._followed.values()), default=None)
-                timeout_s = None if wait_s is None else max(wait_s - loop.time(), 0.0)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout_s):
-                        await self._changed.wait()
+                await self._wait_for_change(self._followed.values())
                 continue
             try:
                 connection = await self._connect()
@@ -271,6 +261,17 @@ class LeaderFetcher:
                 )
                 await self._disconnect()
                 await asyncio.sleep(REPLICA_FETCH_BACKOFF_MS / 1000)
+
+    async def _wait_for_change(self, backing_off: Iterable[_Followed]) -> None:
+        """Wait until the followed partitions change, or the first of `backing_off` may be
+        fetched again."""
+        self._changed.clear()
+        loop = asyncio.get_running_loop()
+        wait_s = min((f.retry_at_s for f in backing_off), default=None)
+        timeout_s = None if wait_s is None else max(wait_s - loop.time(), 0.0)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                await self._changed.wait()
 
     async def _connect(self) -> BrokerConnection:
         if self._connection is not None and not self._connection.closed:
@@ -353,12 +354,7 @@ class LeaderFetcher:
         request, sent = self._session_request(full)
         if full and not sent:
             # Nothing fetchable now: wait for a partition, or the first back-off to end.
-            self._changed.clear()
-            wait_s = min((f.retry_at_s for f in self._delayed.values()), default=None)
-            timeout_s = None if wait_s is None else max(wait_s - loop.time(), 0.0)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout_s):
-                    await self._changed.wait()
+            await self._wait_for_change(self._delayed.values())
             return
         response = await connection.send_nowait(
             request, timeout_ms=REPLICA_SOCKET_TIMEOUT_MS + REPLICA_FETCH_WAIT_MAX_MS
@@ -382,7 +378,7 @@ class LeaderFetcher:
         elif full:
             self._session_id, self._session_epoch = response.session_id, 1
         else:
-            self._session_epoch = 1 if self._session_epoch == EPOCH_MAX else self._session_epoch + 1
+            self._session_epoch = next_epoch(self._session_epoch)
         for topic_response in response.responses:
             name = topic_response.topic
             if not name:
