@@ -404,13 +404,19 @@ class Broker:
             await _cancel(self._registration_task)
 
     async def _cache_caught_up(self) -> None:
-        """Wait until our own (current) registration is visible, so Metadata lists this broker
-        at once and roles are judged against this incarnation's epoch."""
+        """Wait until our own (current) registration and the controller the election just
+        saw are visible, so Metadata lists this broker at once and names a controller (admin
+        clients such as aiokafka's send CreateTopics to it without retrying a missing one), and
+        roles are judged against this incarnation's epoch. The watches deliver these znodes
+        independently, in any order."""
         broker_id = self.config.broker_id
         # The cache's own wait: metadata is not applied yet, so nothing would wake a wait on that.
         with contextlib.suppress(TimeoutError):
             await self._cache.wait_until(
-                lambda cache: cache.broker_epoch(broker_id) == self._broker_epoch,
+                lambda cache: (
+                    cache.broker_epoch(broker_id) == self._broker_epoch
+                    and cache.controller_id is not None
+                ),
                 REGISTRATION_WAIT_MS,
             )
 
