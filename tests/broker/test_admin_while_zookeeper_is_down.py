@@ -221,8 +221,15 @@ async def test_controller_requests_are_answered_while_zookeeper_is_down(
             m.AlterPartitionReassignmentsResponse,
         )
         assert answer.error_code == ErrorCode.REQUEST_TIMED_OUT, answer
-        assert "the controller did not answer within 1500 ms" in (answer.error_message or "")
-        assert CREATE_TIMEOUT_MS / 1000 <= took_s < CREATE_TIMEOUT_MS / 1000 + ANSWER_MARGIN_S
+        message = answer.error_message or ""
+        assert took_s < CREATE_TIMEOUT_MS / 1000 + ANSWER_MARGIN_S
+        if "ZooKeeper connection lost mid-request" not in message:
+            # The usual case: the broker already knew ZooKeeper was gone, the move waits for
+            # it and the requester stops waiting at its timeout. (When the stop races the
+            # request, the controller's write fails at once with ConnectionLoss and it answers
+            # the same retriable code straight away, which is the branch above.)
+            assert "the controller did not answer within 1500 ms" in message, answer
+            assert CREATE_TIMEOUT_MS / 1000 <= took_s
         # The connection still serves.
         assert await controller_id() in brokers
         await own_zookeeper.start()
