@@ -41,24 +41,38 @@ def pread_exact(fd: int, size: int, position: int) -> bytes:
 
 def fsync_dir(directory: Path) -> None:
     """Make file creations, renames and deletions inside `directory` durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync_opened(directory, os.O_RDONLY | os.O_DIRECTORY)
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Replace `path` with `data` so that a crash leaves either the old or the new content.
 
     tmp file + fsync + rename + fsync of the directory (the rename itself must be durable).
+    With `durable=False` the two fsyncs are skipped: readers still see the old or the new
+    content, never a mix, but a crash may lose the change or leave a file that does not parse,
+    so only for files the caller syncs later (`fsync_path`) or can rebuild.
     """
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         write_all(fd, data)
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
+
+
+def fsync_path(path: Path) -> None:
+    """fsync the file at `path` (its directory entry is the caller's: `fsync_dir`)."""
+    _fsync_opened(path, os.O_RDONLY)
+
+
+def _fsync_opened(path: Path, flags: int) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -186,3 +186,20 @@ def test_rebuild_takes_each_epochs_first_batch(tmp_path: Path) -> None:
     expected = (EpochEntry(1, 2), EpochEntry(4, 8), EpochEntry(5, 10))
     assert rebuilt.entries() == expected
     assert LeaderEpochCache.load(tmp_path).entries() == expected
+
+
+def test_sync_makes_an_assigned_epoch_durable_and_truncations_are_written_at_once(
+    tmp_path: Path,
+) -> None:
+    """`assign` writes the file (readable at once, as a crash-free reopen sees it) and leaves
+    the fsync to `sync`; a truncation rewrites it durably itself. Both keep Kafka's format."""
+    epochs = LeaderEpochCache.load(tmp_path)
+    epochs.assign(1, 0)
+    epochs.assign(4, 30)
+    assert checkpoint_text(tmp_path) == "0\n2\n1 0\n4 30\n"
+    epochs.sync()
+    epochs.sync()  # nothing left to sync: a no-op
+    epochs.truncate_from_end(30)
+    assert checkpoint_text(tmp_path) == "0\n1\n1 0\n"
+    assert LeaderEpochCache.load(tmp_path).entries() == (EpochEntry(1, 0),)
+    assert not list(tmp_path.glob("*.tmp")), "no temporary file left behind"

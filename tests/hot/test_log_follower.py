@@ -223,6 +223,34 @@ def test_truncation_drops_the_epochs_it_cuts_and_survives_reopening(tmp_path: Pa
     reopened.close()
 
 
+def test_recovery_assigns_again_the_epochs_a_crash_took_from_the_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """A new epoch's checkpoint write is not fsynced on the append path, only before the
+    recovery point passes its batches: a crash can lose it (here: the file as it was at the last
+    flush), and recovery, which re-scans from the recovery point, must find the epochs again."""
+    log = open_log(tmp_path)
+    follow(log, leader_batch(0, 5, 1))
+    log.flush()
+    recovery_point = log.recovery_point
+    assert recovery_point == 5
+    durable = leader_epoch_checkpoint_path(tmp_path).read_bytes()
+    follow(log, leader_batch(5, 5, 3), leader_batch(10, 2, 4))
+    assert log.leader_epochs.entries() == entries((1, 0), (3, 5), (4, 10))
+    log.close()
+    leader_epoch_checkpoint_path(tmp_path).write_bytes(durable)  # the crash lost the rest
+
+    reopened = open_log(tmp_path, recovery_point=recovery_point)
+    assert reopened.log_end_offset == 12
+    assert reopened.leader_epochs.entries() == entries((1, 0), (3, 5), (4, 10))
+    assert reopened.leader_epochs.end_offset_for(3, reopened.log_end_offset) == (3, 10)
+    reopened.close()
+    # ...and what recovery found is on disk for the next open, which re-scans nothing.
+    assert open_log(tmp_path, recovery_point=12).leader_epochs.entries() == entries(
+        (1, 0), (3, 5), (4, 10)
+    )
+
+
 def test_truncating_everything_forgets_every_epoch(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     follow(log, leader_batch(100, 5, 1), leader_batch(105, 5, 2))

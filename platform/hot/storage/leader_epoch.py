@@ -19,9 +19,18 @@ Persisted in the partition directory as `leader-epoch-checkpoint`, in Kafka's fo
     0 0        <- epoch, start offset
     3 1500
 
-Every change rewrites the file atomically (`write_atomically`) before it shows in memory, so a
+Every change rewrites the file atomically (tmp file + rename) before it shows in memory, so a
 failed write leaves the cache as it was. A file that does not parse raises CheckpointError: the
 owner then rebuilds the cache from the batch headers, which carry each batch's leader epoch.
+
+Durability: a truncation is written durably at once (fsync of the file and the directory). A new
+epoch (`assign`, on the append path of every partition after each leader change) is not: two
+fsyncs per partition on the event loop made a leadership move of thousands of partitions, and
+the first produce after it, wait on the disk (Kafka moved the same fsync off the append path,
+KAFKA-15046). Instead the owner calls `sync()` before its recovery point passes the batches the
+entry describes, and recovery, which re-scans the batches above the recovery point, assigns
+their epochs again. So the entries below the recovery point are always on disk, and those above
+it are rebuilt from the batches that survived.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from riverbed.common.fileio import write_atomically
+from riverbed.common.fileio import fsync_dir, fsync_path, write_atomically
 from riverbed.hot.storage.checkpoint import CHECKPOINT_VERSION, CheckpointError
 from riverbed.protocol.records import BatchHeader
 
@@ -63,6 +72,9 @@ class LeaderEpochCache:
         self._path = leader_epoch_checkpoint_path(directory)
         self._entries = list(entries)
         _check_entries(self._entries, self._path)
+        # Whether the file may hold a change not yet fsynced (written by `assign`). Cleared
+        # before the fsync, so an `assign` racing a `sync` on the flush thread sets it again.
+        self._unsynced = False
 
     @classmethod
     def load(cls, directory: Path) -> LeaderEpochCache:
@@ -124,7 +136,21 @@ class LeaderEpochCache:
             log.warning(
                 "%s: epoch %d at offset %d replaces %s", self._path, epoch, start_offset, dropped
             )
-        self._replace([*kept, EpochEntry(epoch, start_offset)])
+        self._replace([*kept, EpochEntry(epoch, start_offset)], durable=False)
+
+    def sync(self) -> None:
+        """Make the file as last written durable (raises OSError). Called by the owner before
+        its recovery point covers batches of an epoch `assign` recorded; safe from the owner's
+        flush thread."""
+        if not self._unsynced:
+            return
+        self._unsynced = False
+        try:
+            fsync_path(self._path)
+            fsync_dir(self._path.parent)
+        except BaseException:
+            self._unsynced = True
+            raise
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) for a requested epoch, Kafka's LeaderEpochFileCache.endOffsetFor:
@@ -168,12 +194,15 @@ class LeaderEpochCache:
         if entries != self._entries:
             self._replace(entries)
 
-    def _replace(self, entries: list[EpochEntry]) -> None:
-        """Persist `entries`, then adopt them: memory never runs ahead of the file."""
+    def _replace(self, entries: list[EpochEntry], *, durable: bool = True) -> None:
+        """Write `entries` (fsynced if `durable`), then adopt them: memory never runs ahead of
+        the file."""
         _check_entries(entries, self._path)
         lines = [str(CHECKPOINT_VERSION), str(len(entries))]
         lines += [f"{entry.epoch} {entry.start_offset}" for entry in entries]
-        write_atomically(self._path, ("\n".join(lines) + "\n").encode())
+        if not durable:
+            self._unsynced = True  # before the write: a failed one may still leave the new file
+        write_atomically(self._path, ("\n".join(lines) + "\n").encode(), durable=durable)
         self._entries = entries
 
     def __repr__(self) -> str:

@@ -22,8 +22,10 @@ removes, or undo the renames, which brings back segments below the log start: wh
 them deletes them again (DeleteRecords' start is persisted apart, so nothing below it is served).
 
 Leader epochs: `leader_epochs` records where each leader epoch's batches start (see
-leader_epoch.py). Its checkpoint is written before the batches it describes, so after a
-crash it may run ahead of the log, never behind it; opening the log cuts it back to the LEO.
+leader_epoch.py). Its checkpoint is written before the batches it describes, and made durable
+before the recovery point passes them (`flush`, and a sealed segment's background fsync). After
+a crash it may therefore run ahead of the log, which opening the log cuts back to the LEO, or
+lack epochs of batches above the recovery point, which recovery re-scans and assigns again.
 """
 
 from __future__ import annotations
@@ -201,6 +203,8 @@ class PartitionLog:
         self._offline_reason: str | None = None
         # How many segments the last open re-scanned (0 after a clean shutdown).
         self.recovered_segments = 0
+        # The base offset recovery re-scanned from at open (None: nothing re-scanned).
+        self._recovered_from: int | None = None
         # Replaced by the persisted cache when `open` loads it.
         self.leader_epochs = LeaderEpochCache(directory)
         self._truncated_before = _load_truncated_before(directory)
@@ -275,11 +279,19 @@ class PartitionLog:
                 self._directory, self.batch_headers(self.log_start_offset)
             )
         cache.truncate_from_end(self.log_end_offset)
+        if self._recovered_from is not None:
+            # The checkpoint is durable only up to the recovery point: the re-scanned batches
+            # above it may carry epochs it lost.
+            for header in self.batch_headers(max(self._recovered_from, self.log_start_offset)):
+                if header.partition_leader_epoch > cache.latest_epoch:
+                    cache.assign(header.partition_leader_epoch, header.base_offset)
+            cache.sync()
         self.leader_epochs = cache
 
     def _recover(self, first_slot: int) -> None:
         """Re-scan segments from `first_slot` on; cut at the first invalid batch and delete
         every segment after it. Recovered segments are fsynced: the recovery point is the LEO."""
+        self._recovered_from = self._segments[first_slot].base_offset
         cut_bytes = 0
         slot = first_slot
         for slot in range(first_slot, len(self._segments)):
@@ -510,10 +522,13 @@ class PartitionLog:
         fds = sealed.dup_fds()
         directory = self._directory
 
+        epochs = self.leader_epochs
+
         def fsync_sealed() -> None:
             try:
                 for fd in fds:
                     os.fsync(fd)
+                epochs.sync()
                 fsync_dir(directory)  # the new segment's files must survive a crash too
             finally:
                 for fd in fds:
@@ -555,6 +570,7 @@ class PartitionLog:
         try:
             for segment in self._segments[self._segment_slot(self.recovery_point) :]:
                 segment.flush()
+            self.leader_epochs.sync()
             fsync_dir(self._directory)
         except OSError as error:
             # After a failed fsync the page cache may have dropped the dirty data (Linux): the
