@@ -41,6 +41,7 @@ from riverbed.client.producer import Producer
 from riverbed.client.types import Record
 from riverbed.common import log_events
 from riverbed.common.allocator import keep_freed_blocks
+from riverbed.common.gc_tuning import freeze_started_objects, tune_collector
 from riverbed.common.scheduling import apply_scheduling_policy
 from riverbed.configs import BrokerConfig, parse_properties
 from riverbed.coordination.embedded_zk import ZooKeeperNotInstalledError, ZooKeeperStartError
@@ -304,6 +305,7 @@ def _run_broker(args: argparse.Namespace) -> int:
     # Both before the broker starts its threads (they inherit the policy).
     keep_freed_blocks()
     apply_scheduling_policy(config.process_scheduling_policy)
+    tune_collector()
 
     async def serve() -> None:
         broker = Broker(config)
@@ -316,6 +318,7 @@ def _run_broker(args: argparse.Namespace) -> int:
         except BaseException:
             await broker.stop()
             raise
+        freeze_started_objects()
         await stop.wait()
         log.info("shutting down broker %d", config.broker_id)
         await broker.stop()

@@ -6,9 +6,13 @@ have one place where a short write turns into an OSError they can roll back from
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 from pathlib import Path
+
+# syncfs(2) is not in the os module; the C library of the running process has it (Linux).
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
@@ -41,7 +45,11 @@ def pread_exact(fd: int, size: int, position: int) -> bytes:
 
 def fsync_dir(directory: Path) -> None:
     """Make file creations, renames and deletions inside `directory` durable."""
-    _fsync_opened(directory, os.O_RDONLY | os.O_DIRECTORY)
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_atomically(path: Path, data: bytes, *, durable: bool = True) -> None:
@@ -49,8 +57,8 @@ def write_atomically(path: Path, data: bytes, *, durable: bool = True) -> None:
 
     tmp file + fsync + rename + fsync of the directory (the rename itself must be durable).
     With `durable=False` the two fsyncs are skipped: readers still see the old or the new
-    content, never a mix, but a crash may lose the change or leave a file that does not parse,
-    so only for files the caller syncs later (`fsync_path`) or can rebuild.
+    content, never a mix, but a power loss may lose the change or leave a file that does not
+    parse, so only for files the caller syncs later (`syncfs`) or can rebuild.
     """
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -65,14 +73,15 @@ def write_atomically(path: Path, data: bytes, *, durable: bool = True) -> None:
         fsync_dir(path.parent)
 
 
-def fsync_path(path: Path) -> None:
-    """fsync the file at `path` (its directory entry is the caller's: `fsync_dir`)."""
-    _fsync_opened(path, os.O_RDONLY)
-
-
-def _fsync_opened(path: Path, flags: int) -> None:
-    fd = os.open(path, flags)
+def syncfs(directory: Path) -> None:
+    """Make everything written on the file system holding `directory` durable, in one call:
+    file data, metadata and directory entries (syncfs(2); it reports write-back errors since
+    Linux 5.8). Thousands of files closed together cost one journal commit this way instead of
+    two fsyncs each."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.fsync(fd)
+        if _LIBC.syncfs(fd) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"syncfs: {os.strerror(code)}", str(directory))
     finally:
         os.close(fd)

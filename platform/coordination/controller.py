@@ -74,6 +74,10 @@ T = TypeVar("T")
 # Partition states per ZooKeeper transaction (besides the epoch check): at ~150 bytes each, far
 # below ZooKeeper's 1 MiB request limit (jute.maxbuffer).
 STATE_WRITES_PER_TRANSACTION_MAX: Final = 200
+# Transactions of partition states sent before the first is answered: a broker's failure or
+# shutdown writes thousands, and one at a time each waited for ZooKeeper's round trip (its log
+# fsync included) while the controller's loop had nothing else to do for it.
+STATE_TRANSACTIONS_IN_FLIGHT_MAX: Final = 4
 # Times one partition may be re-read because its state changed under a decision, in one event;
 # past that it waits for the next pass.
 CONFLICT_REREADS_MAX: Final = 5
@@ -104,6 +108,8 @@ class _Snapshot:
 
 
 Decision = Callable[[_Snapshot], LeaderAndIsr | None]
+# Decided changes not yet written: each partition as decided from, and its new leader and ISR.
+_Writes = list[tuple[_Snapshot, LeaderAndIsr]]
 _Request = tuple[Callable[[], Awaitable[object]], asyncio.Future[Any]]
 # Per partition of a reassignment or election: None where it succeeded.
 Outcomes = dict[TopicPartition, KafkaError | None]
@@ -647,61 +653,88 @@ class Controller:
     ) -> dict[TopicPartition, LeaderAndIsr]:
         """Write `decide`'s changes, batched, each conditional on the version it was decided
         from; a partition whose state changed meanwhile is re-read and decided again. Returns
-        the leader and ISR that every partition it wrote or re-read has now."""
-        pending: list[tuple[_Snapshot, LeaderAndIsr]] = []
+        the leader and ISR that every partition it wrote or re-read has now. Up to
+        STATE_TRANSACTIONS_IN_FLIGHT_MAX transactions are sent at once: each is atomic, and a
+        conflict in one sends its other writes again, unchanged."""
+        pending: _Writes = []
         for snapshot in snapshots:
             change = decide(snapshot)
             if change is not None:
                 pending.append((snapshot, change))
+        # New leaders first, ISR-only changes after (as Kafka's controller elects leaders before
+        # it takes a failed broker's replicas offline): a partition without a leader is down, one
+        # whose ISR still names a gone follower is not. A broker's failure or shutdown touches
+        # every partition it holds, and its leaderships then move in the first transactions.
+        pending.sort(key=lambda item: item[1].leader == item[0].current.leader)
         now: dict[TopicPartition, LeaderAndIsr] = {}
         written: dict[TopicPartition, int] = {}
         rereads: Counter[TopicPartition] = Counter()
-        while pending:
-            batch = pending[:STATE_WRITES_PER_TRANSACTION_MAX]
-            updates = [
-                PartitionStateUpdate(
-                    s.topic, s.partition, next_state(s.leader_epoch, change, self._epoch), s.version
-                )
-                for s, change in batch
-            ]
-            try:
-                versions = await self._store.write_partition_states(updates, self._epoch_version)
-            except (BadVersionError, NoNodeError) as error:
-                index = next((i for i, u in enumerate(updates) if u.path == error.path), None)
-                if index is None:
-                    raise
-                stale, _ = pending.pop(index)  # the rest of the batch goes again as it was
-                fresh = await self._reread(stale)
-                rereads[stale.key] += 1
-                if fresh is None:
-                    continue  # deleted with its topic, or unreadable (logged)
-                if rereads[stale.key] > CONFLICT_REREADS_MAX:
-                    log.warning("%s-%d keeps changing; left to the next pass", *stale.key)
-                    self._request_pass()
-                    continue
-                redone = decide(fresh)
-                if redone is None:
-                    now[fresh.key] = fresh.current
-                else:
-                    pending.append((fresh, redone))
-                continue
-            for (s, change), update, version in zip(batch, updates, versions, strict=True):
-                event(
-                    log,
-                    logging.INFO,
-                    "partition.leader_changed",
-                    topic=s.topic,
-                    partition=s.partition,
-                    leader=change.leader,
-                    previous_leader=s.current.leader,
-                    isr=list(change.isr),
-                    previous_isr=list(s.current.isr),
-                    leader_epoch=update.state.leader_epoch,
-                    controller_epoch=self._epoch,
-                )
-                now[s.key] = change
-                written[s.key] = version
-            del pending[: len(batch)]
+        in_flight: dict[asyncio.Task[list[int]], tuple[_Writes, list[PartitionStateUpdate]]] = {}
+        try:
+            while pending or in_flight:
+                while pending and len(in_flight) < STATE_TRANSACTIONS_IN_FLIGHT_MAX:
+                    batch = pending[:STATE_WRITES_PER_TRANSACTION_MAX]
+                    del pending[: len(batch)]
+                    updates = [
+                        PartitionStateUpdate(
+                            s.topic,
+                            s.partition,
+                            next_state(s.leader_epoch, change, self._epoch),
+                            s.version,
+                        )
+                        for s, change in batch
+                    ]
+                    write = self._store.write_partition_states(updates, self._epoch_version)
+                    in_flight[asyncio.create_task(write)] = (batch, updates)
+                done, _ = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    batch, updates = in_flight.pop(task)
+                    try:
+                        versions = task.result()
+                    except (BadVersionError, NoNodeError) as error:
+                        index = next(
+                            (i for i, u in enumerate(updates) if u.path == error.path), None
+                        )
+                        if index is None:
+                            raise
+                        stale, _ = batch.pop(index)
+                        pending.extend(batch)  # the rest of the transaction goes again as it was
+                        fresh = await self._reread(stale)
+                        rereads[stale.key] += 1
+                        if fresh is None:
+                            continue  # deleted with its topic, or unreadable (logged)
+                        if rereads[stale.key] > CONFLICT_REREADS_MAX:
+                            log.warning("%s-%d keeps changing; left to the next pass", *stale.key)
+                            self._request_pass()
+                            continue
+                        redone = decide(fresh)
+                        if redone is None:
+                            now[fresh.key] = fresh.current
+                        else:
+                            pending.append((fresh, redone))
+                        continue
+                    for (s, change), update, version in zip(batch, updates, versions, strict=True):
+                        event(
+                            log,
+                            logging.INFO,
+                            "partition.leader_changed",
+                            topic=s.topic,
+                            partition=s.partition,
+                            leader=change.leader,
+                            previous_leader=s.current.leader,
+                            isr=list(change.isr),
+                            previous_isr=list(s.current.isr),
+                            leader_epoch=update.state.leader_epoch,
+                            controller_epoch=self._epoch,
+                        )
+                        now[s.key] = change
+                        written[s.key] = version
+        finally:
+            # An error (the controller moved, ZooKeeper went away) ends the pass: the writes
+            # still in flight are ours to stop; what they wrote the next pass reads back.
+            for task in in_flight:
+                task.cancel()
+            await asyncio.gather(*in_flight, return_exceptions=True)
         await self._cache_catches_up(written)
         return now
 

@@ -229,7 +229,7 @@ async def test_controller_requests_are_answered_while_zookeeper_is_down(
             # request, the controller's write fails at once with ConnectionLoss and it answers
             # the same retriable code straight away, which is the branch above.)
             assert "the controller did not answer within 1500 ms" in message, answer
-            assert CREATE_TIMEOUT_MS / 1000 <= took_s
+            assert took_s >= CREATE_TIMEOUT_MS / 1000
         # The connection still serves.
         assert await controller_id() in brokers
         await own_zookeeper.start()

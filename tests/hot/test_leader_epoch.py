@@ -27,6 +27,7 @@ def cache(tmp_path: Path) -> LeaderEpochCache:
     epochs = LeaderEpochCache.load(tmp_path)
     for epoch, start_offset in [(1, 0), (3, 10), (6, 25)]:
         epochs.assign(epoch, start_offset)
+    epochs.persist()
     return epochs
 
 
@@ -81,6 +82,7 @@ def test_assign_adds_newer_epochs_only(
     cache.assign(8, 30)
     expected = (EpochEntry(1, 0), EpochEntry(3, 10), EpochEntry(6, 25), EpochEntry(8, 30))
     assert cache.entries() == expected
+    cache.persist()
     assert LeaderEpochCache.load(tmp_path).entries() == expected
 
 
@@ -92,6 +94,7 @@ def test_an_epoch_that_wrote_nothing_is_replaced_by_the_next(
         cache.assign(9, LOG_END_OFFSET)
     assert caplog.text == "", "the expected case: no warning"
     assert cache.entries()[-2:] == (EpochEntry(6, 25), EpochEntry(9, LOG_END_OFFSET))
+    cache.persist()
     assert LeaderEpochCache.load(tmp_path).entries() == cache.entries()
 
 
@@ -104,6 +107,7 @@ def test_a_newer_epoch_starting_earlier_replaces_the_entries_it_overlaps(
         cache.assign(7, 20)
     assert "epoch 7 at offset 20 replaces [EpochEntry(epoch=6, start_offset=25)]" in caplog.text
     assert cache.entries() == (EpochEntry(1, 0), EpochEntry(3, 10), EpochEntry(7, 20))
+    cache.persist()
     assert LeaderEpochCache.load(tmp_path).entries() == cache.entries()
     with pytest.raises(ValueError, match="invalid entry"):
         cache.assign(-1, 50)
@@ -113,16 +117,23 @@ def test_a_newer_epoch_starting_earlier_replaces_the_entries_it_overlaps(
 
 
 def test_a_failed_write_leaves_the_cache_unchanged(tmp_path: Path) -> None:
+    """A truncation that cannot be written is not applied; an assigned epoch stays in memory,
+    to be written by the next `persist`, which raises until it can."""
     directory = tmp_path / "orders-0"
     directory.mkdir()
     epochs = LeaderEpochCache.load(directory)
     epochs.assign(1, 0)
+    epochs.persist()
     shutil.rmtree(directory)  # every later write fails
+    epochs.assign(2, 10)
     with pytest.raises(FileNotFoundError):
-        epochs.assign(2, 10)
+        epochs.persist()
     with pytest.raises(FileNotFoundError):
         epochs.truncate_from_end(0)
-    assert epochs.entries() == (EpochEntry(1, 0),)
+    assert epochs.entries() == (EpochEntry(1, 0), EpochEntry(2, 10))
+    directory.mkdir()
+    epochs.persist()  # still owed
+    assert LeaderEpochCache.load(directory).entries() == (EpochEntry(1, 0), EpochEntry(2, 10))
 
 
 def test_truncate_from_end_drops_epochs_starting_at_or_after_the_offset(
@@ -188,17 +199,20 @@ def test_rebuild_takes_each_epochs_first_batch(tmp_path: Path) -> None:
     assert LeaderEpochCache.load(tmp_path).entries() == expected
 
 
-def test_sync_makes_an_assigned_epoch_durable_and_truncations_are_written_at_once(
+def test_assign_changes_memory_and_persist_or_a_truncation_writes_the_file(
     tmp_path: Path,
 ) -> None:
-    """`assign` writes the file (readable at once, as a crash-free reopen sees it) and leaves
-    the fsync to `sync`; a truncation rewrites it durably itself. Both keep Kafka's format."""
+    """`assign` is in memory only (the append path must not wait on a file per partition);
+    `persist` writes what it added; a truncation writes the file itself. Kafka's format."""
     epochs = LeaderEpochCache.load(tmp_path)
     epochs.assign(1, 0)
     epochs.assign(4, 30)
+    assert not leader_epoch_checkpoint_path(tmp_path).exists()
+    epochs.persist()
     assert checkpoint_text(tmp_path) == "0\n2\n1 0\n4 30\n"
-    epochs.sync()
-    epochs.sync()  # nothing left to sync: a no-op
+    leader_epoch_checkpoint_path(tmp_path).unlink()
+    epochs.persist()  # nothing new since the last write: no file written
+    assert not leader_epoch_checkpoint_path(tmp_path).exists()
     epochs.truncate_from_end(30)
     assert checkpoint_text(tmp_path) == "0\n1\n1 0\n"
     assert LeaderEpochCache.load(tmp_path).entries() == (EpochEntry(1, 0),)

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from riverbed.hot.storage.leader_epoch import leader_epoch_checkpoint_path
 from riverbed.hot.storage.log import AppendResult, LogConfig, PartitionLog
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.record_types import Record, TopicPartition
@@ -378,12 +379,14 @@ def test_a_full_disk_leaves_the_log_consistent(tiny_tmpfs: Path) -> None:
         fill_the_disk()
     assert raised.value.code == ErrorCode.KAFKA_STORAGE_ERROR
     assert_consistent(log, values)
-    # Room again (the operator deleted something): appends go on from the same offset.
-    log.truncate_to(len(values) - 5)
-    values = values[: len(values) - 5]
+    # Room again (the operator deleted something; here, 20 records: some pages of the
+    # filesystem): appends go on from the same offset.
+    log.truncate_to(len(values) - 20)
+    values = values[: len(values) - 20]
     append(log, batch([b"after"]))
     assert_consistent(log, [*values, b"after"])
-    log.close()
+    log.close()  # writes the leader epoch checkpoint the full disk left in memory
+    assert leader_epoch_checkpoint_path(log.directory).read_text() == "0\n1\n3 0\n"
     reopened = PartitionLog.open(
         log.directory, log.tp, LogConfig(), recovery_point=None, now_ms=Clock()
     )

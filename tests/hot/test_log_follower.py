@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -200,6 +201,45 @@ def test_the_leader_path_records_each_new_epoch_at_its_first_offset(tmp_path: Pa
     reopened.close()
 
 
+def test_reads_at_the_tail_find_the_same_batches_as_the_index_does(tmp_path: Path) -> None:
+    """An active segment remembers where its last batches start, so a fetch at the tail needs
+    no header scan; every offset must still lead to the batch the index and a scan find (gaps,
+    a truncation and a roll included). The reference is a copy opened afresh, which has no
+    such memory."""
+    live = tmp_path / "live"
+    log = open_log(live, config=LogConfig(segment_bytes=4096, index_interval_bytes=400))
+    base = 0
+    for round_number in range(30):
+        count = 1 + round_number % 3
+        batches = [leader_batch(base, count, 1), leader_batch(base + count + 2, 1, 1)]
+        follow(log, *batches)  # each append leaves a gap of two offsets
+        base += count + 3
+        if round_number == 20:
+            log.truncate_to(base - 4)
+            base = log.log_end_offset
+
+    def where(partition_log: PartitionLog, offset: int) -> tuple[int, int, int, int] | None:
+        found = partition_log.read(offset, 1 << 20, partition_log.log_end_offset)
+        if found is None:
+            return None
+        found.region.close()
+        return (
+            found.first_batch_offset,
+            found.next_offset,
+            found.region.position,
+            found.region.size,
+        )
+
+    copy = tmp_path / "copy"
+    shutil.copytree(live, copy)
+    fresh = open_log(copy, recovery_point=None)
+    assert len(list(live.glob("*.log"))) > 3, "several segments: reads cross rolls"
+    for offset in range(log.log_start_offset, log.log_end_offset + 2):
+        assert where(log, offset) == where(fresh, offset), offset
+    fresh.close()
+    log.close()
+
+
 # -- truncation, recovery, rebuilding -----------------------------------------------------------
 
 
@@ -309,24 +349,32 @@ def test_a_new_empty_log_writes_no_checkpoint(tmp_path: Path) -> None:
     log.close()
 
 
-def test_a_failed_checkpoint_write_fails_the_append_and_leaves_the_log_as_it_was(
+def test_a_failed_checkpoint_write_fails_the_flush_and_holds_the_recovery_point_back(
     tmp_path: Path,
 ) -> None:
+    """A new epoch is recorded in memory with its batch; its checkpoint file is written by the
+    next flush, which must not move the recovery point past the batch while it cannot."""
     log = open_log(tmp_path)
     follow(log, leader_batch(0, 2, 1))
-    before = log_bytes(tmp_path)
+    log.flush()
+    assert log.recovery_point == 2
     path = leader_epoch_checkpoint_path(tmp_path)
     tmp = path.with_name(path.name + ".tmp")
     tmp.mkdir()  # the atomic write's temp file cannot be created
-    with pytest.raises(KafkaError) as raised:
-        follow(log, leader_batch(2, 2, 2))
-    assert raised.value.code == ErrorCode.KAFKA_STORAGE_ERROR
-    assert log_bytes(tmp_path) == before
-    assert log.log_end_offset == 2
-    assert log.leader_epochs.entries() == entries((1, 0))
-    tmp.rmdir()
     follow(log, leader_batch(2, 2, 2))
+    assert log.log_end_offset == 4
     assert log.leader_epochs.entries() == entries((1, 0), (2, 2))
+    with pytest.raises(KafkaError) as raised:
+        log.flush()
+    assert raised.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert "leader epoch checkpoint" in str(raised.value)
+    assert log.recovery_point == 2
+    assert path.read_text() == "0\n1\n1 0\n"
+    follow(log, leader_batch(4, 1, 2))  # the log still serves appends
+    tmp.rmdir()
+    log.flush()
+    assert log.recovery_point == 5
+    assert path.read_text() == "0\n2\n1 0\n2 2\n"
     log.close()
 
 

@@ -162,12 +162,8 @@ class Partition:
             self.leader_epoch = leader_epoch
             self.pending_isr = None
             self._epoch_start_offset = self.log.log_end_offset
-            try:
-                self.log.leader_epochs.assign(leader_epoch, self._epoch_start_offset)
-            except OSError as error:
-                raise KafkaError(
-                    ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: cannot record epoch: {error}"
-                ) from error
+            # In memory: the log writes the checkpoint before its recovery point passes it.
+            self.log.leader_epochs.assign(leader_epoch, self._epoch_start_offset)
             followers = (replica for replica in replicas if replica != self.broker_id)
             self._followers = FollowerTracker(followers, isr, now_ms)
             # Fetch sessions must read it again: their followers' states here start over.
@@ -413,8 +409,11 @@ class Partition:
             self.producer_state.take_snapshot(self.log.directory, result.first_offset)
 
     def snapshot_producer_state(self) -> None:
-        """Called on clean shutdown, after the last append: the next open scans nothing."""
-        self.producer_state.take_snapshot(self.log.directory, self.log.log_end_offset)
+        """Called on clean shutdown, after the last append: the next open scans nothing. Not
+        fsynced: LogManager.close syncs the file system before it writes the clean marker."""
+        self.producer_state.take_snapshot(
+            self.log.directory, self.log.log_end_offset, durable=False
+        )
 
     def __str__(self) -> str:
         return f"{self.topic}-{self.index}"

@@ -23,14 +23,17 @@ Every change rewrites the file atomically (tmp file + rename) before it shows in
 failed write leaves the cache as it was. A file that does not parse raises CheckpointError: the
 owner then rebuilds the cache from the batch headers, which carry each batch's leader epoch.
 
-Durability: a truncation is written durably at once (fsync of the file and the directory). A new
-epoch (`assign`, on the append path of every partition after each leader change) is not: two
-fsyncs per partition on the event loop made a leadership move of thousands of partitions, and
-the first produce after it, wait on the disk (Kafka moved the same fsync off the append path,
-KAFKA-15046). Instead the owner calls `sync()` before its recovery point passes the batches the
-entry describes, and recovery, which re-scans the batches above the recovery point, assigns
-their epochs again. So the entries below the recovery point are always on disk, and those above
-it are rebuilt from the batches that survived.
+When the file is written: a truncation rewrites it durably at once (tmp file, fsync, rename,
+fsync of the directory). A new epoch (`assign`: every partition a broker starts leading, and a
+follower's first batch of each new epoch) only changes memory: writing and renaming a file per
+partition, let alone two fsyncs, on the event loop made a leadership move of thousands of
+partitions wait on the disk (Kafka moved the same fsync off the append path, KAFKA-15046). The
+owner calls `persist()` before its recovery point passes the batches an entry describes, and
+recovery, which re-scans the batches above the recovery point, assigns their epochs again. So
+the entries of the batches below the recovery point are always on disk, and those above it are
+rebuilt from the batches that survived a crash. (An epoch that wrote no batch before a crash is
+forgotten; an OffsetsForLeaderEpoch for it then gets the floor epoch's answer, which names the
+same end offset.)
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from riverbed.common.fileio import fsync_dir, fsync_path, write_atomically
+from riverbed.common.fileio import write_atomically
 from riverbed.hot.storage.checkpoint import CHECKPOINT_VERSION, CheckpointError
 from riverbed.protocol.records import BatchHeader
 
@@ -72,9 +75,8 @@ class LeaderEpochCache:
         self._path = leader_epoch_checkpoint_path(directory)
         self._entries = list(entries)
         _check_entries(self._entries, self._path)
-        # Whether the file may hold a change not yet fsynced (written by `assign`). Cleared
-        # before the fsync, so an `assign` racing a `sync` on the flush thread sets it again.
-        self._unsynced = False
+        # Whether `assign` changed the entries since the file was last written.
+        self._unwritten = False
 
     @classmethod
     def load(cls, directory: Path) -> LeaderEpochCache:
@@ -108,8 +110,8 @@ class LeaderEpochCache:
         return tuple(self._entries)
 
     def assign(self, epoch: int, start_offset: int) -> None:
-        """Record that `epoch` starts at `start_offset` (raises OSError if the file write fails,
-        the cache then unchanged).
+        """Record that `epoch` starts at `start_offset`, in memory: the file follows at the
+        owner's next `persist()`.
 
         A newer epoch is added. Entries starting at or after `start_offset` are dropped first,
         as in Kafka: normally only the latest, when it wrote nothing; with a warning if more (a
@@ -136,21 +138,17 @@ class LeaderEpochCache:
             log.warning(
                 "%s: epoch %d at offset %d replaces %s", self._path, epoch, start_offset, dropped
             )
-        self._replace([*kept, EpochEntry(epoch, start_offset)], durable=False)
+        entries = [*kept, EpochEntry(epoch, start_offset)]
+        _check_entries(entries, self._path)
+        self._entries = entries
+        self._unwritten = True
 
-    def sync(self) -> None:
-        """Make the file as last written durable (raises OSError). Called by the owner before
-        its recovery point covers batches of an epoch `assign` recorded; safe from the owner's
-        flush thread."""
-        if not self._unsynced:
-            return
-        self._unsynced = False
-        try:
-            fsync_path(self._path)
-            fsync_dir(self._path.parent)
-        except BaseException:
-            self._unsynced = True
-            raise
+    def persist(self, *, durable: bool = True) -> None:
+        """Write what `assign` added since the last write (fsynced if `durable`; raises
+        OSError, the entries then still to be written). The owner calls it before its recovery
+        point covers batches of those epochs."""
+        if self._unwritten:
+            self._write(self._entries, durable=durable)
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) for a requested epoch, Kafka's LeaderEpochFileCache.endOffsetFor:
@@ -194,16 +192,17 @@ class LeaderEpochCache:
         if entries != self._entries:
             self._replace(entries)
 
-    def _replace(self, entries: list[EpochEntry], *, durable: bool = True) -> None:
-        """Write `entries` (fsynced if `durable`), then adopt them: memory never runs ahead of
-        the file."""
+    def _replace(self, entries: list[EpochEntry]) -> None:
+        """Write `entries` durably, then adopt them: a failed write leaves the cache as it was."""
         _check_entries(entries, self._path)
+        self._write(entries, durable=True)
+        self._entries = entries
+
+    def _write(self, entries: list[EpochEntry], *, durable: bool) -> None:
         lines = [str(CHECKPOINT_VERSION), str(len(entries))]
         lines += [f"{entry.epoch} {entry.start_offset}" for entry in entries]
-        if not durable:
-            self._unsynced = True  # before the write: a failed one may still leave the new file
         write_atomically(self._path, ("\n".join(lines) + "\n").encode(), durable=durable)
-        self._entries = entries
+        self._unwritten = False
 
     def __repr__(self) -> str:
         return f"LeaderEpochCache({self._path}, {self._entries})"

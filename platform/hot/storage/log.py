@@ -22,10 +22,11 @@ removes, or undo the renames, which brings back segments below the log start: wh
 them deletes them again (DeleteRecords' start is persisted apart, so nothing below it is served).
 
 Leader epochs: `leader_epochs` records where each leader epoch's batches start (see
-leader_epoch.py). Its checkpoint is written before the batches it describes, and made durable
-before the recovery point passes them (`flush`, and a sealed segment's background fsync). After
-a crash it may therefore run ahead of the log, which opening the log cuts back to the LEO, or
-lack epochs of batches above the recovery point, which recovery re-scans and assigns again.
+leader_epoch.py). A new epoch is recorded in memory before the batches it describes, and its
+checkpoint file written durably before the recovery point passes them (`flush`, and a roll,
+before the sealed segment's background fsync). After a crash the file may therefore run ahead
+of the log, which opening the log cuts back to the LEO, or lack the epochs of batches above the
+recovery point, which recovery re-scans and assigns again.
 """
 
 from __future__ import annotations
@@ -285,7 +286,7 @@ class PartitionLog:
             for header in self.batch_headers(max(self._recovered_from, self.log_start_offset)):
                 if header.partition_leader_epoch > cache.latest_epoch:
                     cache.assign(header.partition_leader_epoch, header.base_offset)
-            cache.sync()
+            cache.persist()
         self.leader_epochs = cache
 
     def _recover(self, first_slot: int) -> None:
@@ -451,7 +452,9 @@ class PartitionLog:
         segment = self._active
         if self._should_roll(segment, len(records), last_offset, now):
             segment = self._roll(first_offset)
-        self._assign_leader_epochs(headers)
+        for header in headers:  # in memory only (see the module docstring)
+            if header.partition_leader_epoch > self.leader_epochs.latest_epoch:
+                self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
         try:
             position = segment.append(records, headers)
         except RollbackFailedError as error:
@@ -470,16 +473,6 @@ class PartitionLog:
         else:
             self.flush_if_due()
         return AppendResult(first_offset, last_offset, now, segment.base_offset, position)
-
-    def _assign_leader_epochs(self, headers: list[BatchHeader]) -> None:
-        try:
-            for header in headers:
-                if header.partition_leader_epoch > self.leader_epochs.latest_epoch:
-                    self.leader_epochs.assign(header.partition_leader_epoch, header.base_offset)
-        except OSError as error:
-            raise KafkaError(
-                ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: leader epoch checkpoint: {error}"
-            ) from error
 
     def _should_roll(self, segment: LogSegment, size: int, last_offset: int, now: int) -> bool:
         # Checked even for an empty segment: a follower's offsets can jump beyond its reach.
@@ -508,6 +501,8 @@ class PartitionLog:
             ) from error
         try:
             sealed.seal()
+            # The recovery point will pass the sealed segment's batches: their epochs first.
+            self.leader_epochs.persist()
         except OSError as error:
             new.delete()
             raise KafkaError(
@@ -522,13 +517,10 @@ class PartitionLog:
         fds = sealed.dup_fds()
         directory = self._directory
 
-        epochs = self.leader_epochs
-
         def fsync_sealed() -> None:
             try:
                 for fd in fds:
                     os.fsync(fd)
-                epochs.sync()
                 fsync_dir(directory)  # the new segment's files must survive a crash too
             finally:
                 for fd in fds:
@@ -568,9 +560,16 @@ class PartitionLog:
         self._check_usable()
         end_offset = self.log_end_offset
         try:
+            self.leader_epochs.persist()
+        except OSError as error:
+            # Not a failed fsync (the data is intact, a full disk the usual cause), but the
+            # recovery point must not pass batches whose epochs are not on disk.
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: leader epoch checkpoint: {error}"
+            ) from error
+        try:
             for segment in self._segments[self._segment_slot(self.recovery_point) :]:
                 segment.flush()
-            self.leader_epochs.sync()
             fsync_dir(self._directory)
         except OSError as error:
             # After a failed fsync the page cache may have dropped the dirty data (Linux): the
@@ -929,15 +928,27 @@ class PartitionLog:
             LogSegment.create(self._directory, offset, self.config.index_interval_bytes)
         ]
 
-    def close(self) -> None:
-        """Flush and close; the recovery point is then the LEO, for the owner to checkpoint."""
+    def close(self, *, sync: bool = True) -> None:
+        """Flush and close; the recovery point is then the LEO, for the owner to checkpoint.
+
+        `sync=False` writes what is buffered (index tails) and closes without fsyncing: the
+        owner syncs the whole file system once for every log it closes (LogManager.close),
+        then calls `synced_after_close`, which moves the recovery point."""
         if self._closed:
             return
         try:
             if self._offline_reason is None:
-                self.flush()
+                if sync:
+                    self.flush()
+                else:
+                    self.leader_epochs.persist(durable=False)
         finally:
             self._close_files()
+
+    def synced_after_close(self) -> None:
+        """The owner made everything this log wrote durable after `close(sync=False)`."""
+        if self._offline_reason is None:
+            self._advance_recovery_point(self.recovery_point, self.log_end_offset)
 
     def delete(self) -> None:
         """Close without flushing and remove the directory (renamed first, so a crash midway

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from riverbed.common.fileio import fsync_dir, write_atomically
+from riverbed.common.fileio import fsync_dir, syncfs, write_atomically
 from riverbed.hot.storage.checkpoint import (
     TopicPartition,
     read_offset_checkpoint,
@@ -223,19 +223,35 @@ class LogManager:
             write_offset_checkpoint(self._data_dir / HIGH_WATERMARK_CHECKPOINT_FILE, offsets)
 
     def close(self) -> None:
-        """Clean shutdown: flush and close every log, checkpoint, then write the marker. If a
-        log cannot be flushed the marker is not written, so the next start recovers."""
+        """Clean shutdown: close every log, make everything durable, checkpoint, then write the
+        marker. If a log cannot be closed or the sync fails the marker is not written, so the
+        next start recovers.
+
+        One syncfs of the data directory's file system replaces the per-log fsyncs (data,
+        indexes, directory, leader epochs; the producer-state snapshots the broker wrote just
+        before): two or more fsyncs per partition made a broker with thousands of partitions
+        spend seconds of its shutdown waiting on the disk, one log after the other."""
         if self._closed:
             return
         self._closed = True
         try:
             failures = []
+            closed = []
             for topic_partition, partition_log in self._logs.items():
                 try:
-                    partition_log.close()
+                    partition_log.close(sync=False)
                 except Exception as error:
                     log.error("closing the log of %s failed: %s", topic_partition, error)
                     failures.append(error)
+                else:
+                    closed.append(partition_log)
+            try:
+                syncfs(self._data_dir)
+            except OSError as error:
+                log.error("making the logs durable failed: %s", error)
+                raise
+            for partition_log in closed:
+                partition_log.synced_after_close()
             self.checkpoint()
             if failures:
                 raise failures[0]

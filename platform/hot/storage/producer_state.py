@@ -214,14 +214,16 @@ class ProducerStateManager:
 
     # -- snapshots -----------------------------------------------------------------------------
 
-    def take_snapshot(self, directory: Path, offset: int) -> bool:
+    def take_snapshot(self, directory: Path, offset: int, *, durable: bool = True) -> bool:
         """Write the state (that of every batch below `offset`) to `<offset>.snapshot` and drop
         older snapshots beyond SNAPSHOTS_KEPT_MAX. A failure is logged, not raised: a missing
         snapshot only makes the next open scan more of the log. Returns whether it was written.
+        `durable=False` leaves the fsync to the caller (a clean shutdown syncs the whole file
+        system once); a snapshot a crash then tears fails its CRC and is not used.
         """
         path = snapshot_path(directory, offset)
         try:
-            write_atomically(path, self.encode_snapshot())
+            write_atomically(path, self.encode_snapshot(), durable=durable)
             for stale in snapshot_files(directory)[:-SNAPSHOTS_KEPT_MAX]:
                 stale.unlink(missing_ok=True)
         except OSError as error:

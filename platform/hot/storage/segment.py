@@ -6,8 +6,10 @@ Files are named by the segment's base offset padded to 20 digits (`0000000000000
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +42,9 @@ DELETED_SUFFIX = ".deleted"
 NO_TIMESTAMP = -1
 # Recovery writes rebuilt index entries in chunks of this many batches (bounds its memory).
 RECOVERY_CHUNK_BATCHES = 1024
+# Batches whose positions an active segment remembers (see `find_batch`): a follower or a
+# consumer at the tail asks for one of the last few; 8 entries are ~1 KiB per partition.
+RECENT_BATCHES_MAX = 8
 
 
 def segment_file(directory: Path, base_offset: int, suffix: str) -> Path:
@@ -98,6 +103,10 @@ class LogSegment:
         # The broker time the segment.ms clock of this segment started at (None while empty).
         self.roll_base_ms: int | None = None
         self._indexes_checked = self.size == 0 and not self._indexes_missing
+        # (base offset, last offset, position) of the batches appended last, oldest first:
+        # fetches mostly ask for the tail, and finding a batch there otherwise preads every
+        # header from the last index entry on (up to index.interval.bytes of small batches).
+        self._recent: deque[tuple[int, int, int]] = deque(maxlen=RECENT_BATCHES_MAX)
         self._bytes_since_index_entry = 0
         self._max_timestamp: Row | None = None
 
@@ -146,7 +155,16 @@ class LogSegment:
             position += header.size_bytes
 
     def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
-        """The first batch whose last offset is >= `offset`: index lookup, then a short scan."""
+        """The first batch whose last offset is >= `offset`: among the recent appends if it
+        is one of them, else index lookup, then a short scan."""
+        recent = self._recent
+        # From the first recent batch's base offset on, the batch before it cannot qualify.
+        if recent and offset >= recent[0][0]:
+            slot = bisect.bisect_left(recent, offset, key=lambda entry: entry[1])
+            if slot == len(recent):
+                return None  # past the last batch
+            position = recent[slot][2]
+            return position, self.read_header(position)
         self.check_indexes()
         _, position = self.offset_index.lookup(offset)
         for found in self.scan(position):
@@ -212,6 +230,10 @@ class LogSegment:
             raise
         self.size = position + len(records)
         self._apply(plan, headers[-1].last_offset + 1)
+        batch_position = position
+        for header in headers:
+            self._recent.append((header.base_offset, header.last_offset, batch_position))
+            batch_position += header.size_bytes
         return position
 
     def _plan_indexes(self, headers: list[BatchHeader], position: int) -> _IndexPlan:
@@ -251,6 +273,7 @@ class LogSegment:
         self.offset_index.write_unwritten()
         self.time_index.write_unwritten()
         self.sealed = True
+        self._recent.clear()  # reads move on to the new active segment
 
     def fits(self, last_offset: int, size_bytes: int) -> bool:
         """Whether a relative offset and file position can still address such an append."""
@@ -323,6 +346,7 @@ class LogSegment:
                 chunk_position, chunk = valid_end, []
             if header is None:
                 break
+        self._recent.clear()
         cut_bytes = self.size - valid_end
         if cut_bytes:
             os.ftruncate(self._fd, valid_end)
@@ -369,6 +393,7 @@ class LogSegment:
             removed_bytes = self.size - position
             os.ftruncate(self._fd, position)
             self.size = position
+            self._recent.clear()
         self.sealed = False
         self.load_tail()
         return removed_bytes
