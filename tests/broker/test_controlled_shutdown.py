@@ -27,6 +27,8 @@ TOPIC = "orders"
 PARTITIONS = 6
 WAIT_S = 30.0
 REQUEST_TIMEOUT_MS = 20_000
+# How long after a broker's exit no partition may change again.
+EXIT_WATCH_S = 3.0
 
 
 @pytest.fixture
@@ -123,3 +125,33 @@ async def test_only_the_controller_answers_controlled_shutdown(
     # Nothing replicated on it: nothing remains.
     answer = await ask(brokers[controller_id])
     assert (answer.error_code, answer.remaining_partitions) == (ErrorCode.NONE, [])
+
+
+async def test_a_stopped_broker_leaves_each_isr_once(
+    broker_factory: BrokerFactory, cluster_view: tuple[ClusterMetadataStore, MetadataCache]
+) -> None:
+    """SIGTERM: the broker stops fetching before it asks the controller to take it out of its
+    ISRs, so no leader takes it back in meanwhile, and its exit changes nothing more: each
+    partition got exactly one new leader epoch, and no ISR names the broker."""
+    brokers = {i: broker_factory(broker_id=i) for i in (1, 2, 3)}
+    _, cache = cluster_view
+    async with Admin(bootstrap_servers=brokers[1].bootstrap) as admin:
+        await admin.create_topic(TOPIC, partitions=60, replication_factor=3)
+        before = await describe_until(
+            admin,
+            lambda d: all(p.leader >= 0 and len(p.isr) == 3 for p in d.partitions),
+            "every partition led, every ISR full",
+        )
+        await cache.wait_until(lambda c: c.controller_id is not None, int(WAIT_S * 1000))
+        leaving = max(b for b in brokers if b != cache.controller_id)
+        await asyncio.to_thread(brokers[leaving].terminate)
+        await cache.wait_until(lambda c: leaving not in c.live_broker_ids(), int(WAIT_S * 1000))
+        # A second change would come from the controller handling the exit, just after it:
+        # watched for a while, none may come.
+        deadline = time.monotonic() + EXIT_WATCH_S
+        while time.monotonic() < deadline:
+            after = await admin.describe_topic(TOPIC)
+            for old, new in zip(before.partitions, after.partitions, strict=True):
+                assert leaving not in new.isr, (old, new)
+                assert new.leader_epoch == old.leader_epoch + 1, (old, new)
+            await asyncio.sleep(0.2)

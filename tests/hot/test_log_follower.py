@@ -233,8 +233,8 @@ def test_reads_at_the_tail_find_the_same_batches_as_the_index_does(tmp_path: Pat
     copy = tmp_path / "copy"
     shutil.copytree(live, copy)
     fresh = open_log(copy, recovery_point=None)
-    assert len(list(live.glob("*.log"))) > 3, "several segments: reads cross rolls"
-    for offset in range(log.log_start_offset, log.log_end_offset + 2):
+    assert len(list(live.glob("*.log"))) >= 3, "several segments: reads cross rolls"
+    for offset in range(log.log_start_offset, log.log_end_offset + 1):
         assert where(log, offset) == where(fresh, offset), offset
     fresh.close()
     log.close()
