@@ -14,6 +14,7 @@ from riverbed.broker.fetch_sessions import (
     FetchSessionCache,
 )
 from riverbed.broker.groups.coordinator import GroupCoordinator
+from riverbed.broker.handlers.topic_descriptions import TopicDescriptions
 from riverbed.broker.metrics import BrokerMetrics
 from riverbed.configs import BrokerConfig
 from riverbed.coordination.controller import Controller
@@ -61,6 +62,8 @@ class BrokerContext:
             SESSION_CACHE_SLOTS_DEFAULT, SESSION_EVICTION_MS_DEFAULT
         )
     )
+    # Metadata's answer for each topic, built once per version of it.
+    topic_descriptions: TopicDescriptions = field(default_factory=TopicDescriptions)
     # Futures of handlers waiting for a metadata change to be applied locally (see wait_until).
     _applied_waiters: set[asyncio.Future[None]] = field(default_factory=set)
 

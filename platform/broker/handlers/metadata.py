@@ -8,6 +8,8 @@ when a short wait ends; clients retry Metadata on that error.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from riverbed.broker.handlers.cluster_view import brokers_on, cluster_authorized_operations
 from riverbed.broker.handlers.context import BrokerContext
 from riverbed.broker.handlers.zookeeper_bound import zookeeper_bound
@@ -18,7 +20,6 @@ from riverbed.security.acl import AclOperation, ResourceType
 
 Broker = m.MetadataResponse.MetadataResponseBroker
 Topic = m.MetadataResponse.MetadataResponseTopic
-Partition = m.MetadataResponse.MetadataResponsePartition
 
 # How long a Metadata request that auto-created topics waits for them to be applied.
 AUTO_CREATE_WAIT_S = 1.0
@@ -47,12 +48,16 @@ async def handle_metadata(
     if created:
         await ctx.wait_until(lambda: all(ctx.topic_applied(n) for n in created), AUTO_CREATE_WAIT_S)
     live = ctx.cache.brokers()
+    live_ids = frozenset(live)
     topics = []
     for name in names:
-        topic = _describe_topic(ctx, name, set(live))
+        topic = _describe_topic(ctx, name, live_ids)
         if request.include_topic_authorized_operations:
-            topic.topic_authorized_operations = access.operations(ResourceType.TOPIC, name)
+            operations = access.operations(ResourceType.TOPIC, name)
+            topic = replace(topic, topic_authorized_operations=operations)
         topics.append(topic)
+    if every_topic and not refused:
+        ctx.topic_descriptions.keep_only(names)
     if not every_topic:  # a listing of everything just leaves them out
         topics.extend(_refusals(ctx, wanted, refused))
     brokers = [
@@ -160,7 +165,7 @@ async def _auto_create(ctx: BrokerContext, names: list[str], allowed: bool) -> l
     return created
 
 
-def _describe_topic(ctx: BrokerContext, name: str, live: set[int]) -> Topic:
+def _describe_topic(ctx: BrokerContext, name: str, live: frozenset[int]) -> Topic:
     metadata = ctx.cache.topic(name)
     if metadata is None:
         return Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=name)
@@ -168,24 +173,4 @@ def _describe_topic(ctx: BrokerContext, name: str, live: set[int]) -> Topic:
         return Topic(
             error_code=ErrorCode.LEADER_NOT_AVAILABLE, name=name, topic_id=metadata.topic_id
         )
-    partitions = []
-    for index, state in sorted(metadata.partitions.items()):
-        leader_live = state.leader in live
-        partitions.append(
-            Partition(
-                error_code=ErrorCode.NONE if leader_live else ErrorCode.LEADER_NOT_AVAILABLE,
-                partition_index=index,
-                leader_id=state.leader if leader_live else -1,
-                leader_epoch=state.leader_epoch,
-                replica_nodes=list(state.replicas),
-                isr_nodes=list(state.isr),
-                offline_replicas=[r for r in state.replicas if r not in live],
-            )
-        )
-    return Topic(
-        error_code=ErrorCode.NONE,
-        name=name,
-        topic_id=metadata.topic_id,
-        is_internal=name.startswith("__"),
-        partitions=partitions,
-    )
+    return ctx.topic_descriptions.describe(metadata, live)
