@@ -91,8 +91,9 @@ def consume_all(broker: BrokerProcess, expected: int) -> dict[int, list[bytes]]:
         deadline = time.monotonic() + TIMEOUT_S
         while sum(map(len, read.values())) < expected and time.monotonic() < deadline:
             for message in consumer.consume(100, 0.5):
-                if message.error() is None:
-                    read[message.partition()].append(message.value())
+                partition, value = message.partition(), message.value()
+                if message.error() is None and partition is not None and value is not None:
+                    read[partition].append(value)
     finally:
         consumer.close()
     return read
