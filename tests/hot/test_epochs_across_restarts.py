@@ -47,6 +47,7 @@ def test_an_epoch_that_wrote_nothing_is_gone_after_a_restart(tmp_path: Path) -> 
     log.leader_epochs.assign(4, log.log_end_offset)
     assert log.leader_epochs.end_offset_for(0, log.log_end_offset) == (0, 2)
     append_at(log, [b"c"], 4)
+    log.flush()  # the file follows once the recovery point passes the batches
     assert checkpoint_text(log) == "0\n2\n0 0\n4 2\n"
     manager.close()
 
@@ -66,7 +67,8 @@ def test_opening_a_log_rewrites_no_epoch_file(tmp_path: Path) -> None:
     log = open_log(manager := LogManager(tmp_path, CONFIG))
     assert log.leader_epochs.entries() == (EpochEntry(0, 0),)
     assert (path.read_text(), path.stat().st_ino, path.stat().st_mtime_ns) == before
-    append_at(log, [b"c"], 6)  # the next change writes what memory holds
+    append_at(log, [b"c"], 6)
+    log.flush()  # the next write of the file writes what memory holds
     assert checkpoint_text(log) == "0\n2\n0 0\n6 2\n"
     manager.close()
 
@@ -111,4 +113,43 @@ def test_a_clean_restart_rescans_nothing_and_keeps_every_epoch(tmp_path: Path) -
     assert manager.had_clean_shutdown
     assert reopened.recovered_segments == 0
     assert reopened.leader_epochs.entries() == (EpochEntry(1, 0), EpochEntry(2, 1))
+    manager.close()
+
+
+def test_recovery_takes_epochs_from_the_batches_not_from_a_file_ahead_of_the_log(
+    tmp_path: Path,
+) -> None:
+    """The file may keep an entry of a leadership that wrote nothing across clean restarts
+    (opening does not rewrite it). Batches of an older epoch can follow at that offset (this
+    replica then follows a leader elected uncleanly); if a crash takes their unwritten entry,
+    recovery must derive it from their headers, not keep the stale one."""
+    live = tmp_path / "live"
+    manager = LogManager(live, CONFIG)
+    log = manager.get_or_create(TOPIC, 0, CONFIG)
+    for i in range(20):
+        append_at(log, [b"old %d" % i * 30], 0)
+    start = log.log_end_offset
+    log.leader_epochs.assign(5, start)  # led at epoch 5, wrote nothing
+    manager.close()
+    assert checkpoint_text(log) == f"0\n2\n0 0\n5 {start}\n"
+
+    log = open_log(manager := LogManager(live, CONFIG))
+    assert log.leader_epochs.entries() == (EpochEntry(0, 0),)
+    manager.flush_all()
+    append_at(log, [b"from the new leader"], 3)
+    append_at(log, [b"and more"], 3)
+    values = all_values(log)
+    crashed = tmp_path / "crashed"
+    shutil.copytree(live, crashed)  # a crash before epoch 3's entry reached the file
+    manager.close()
+    (crashed / ".lock").unlink()
+    assert checkpoint_text(log) == f"0\n2\n0 0\n3 {start}\n"  # closing wrote it
+
+    recovered = open_log(manager := LogManager(crashed, CONFIG))
+    assert not manager.had_clean_shutdown
+    assert all_values(recovered) == values
+    assert recovered.leader_epochs.entries() == (EpochEntry(0, 0), EpochEntry(3, start))
+    assert leader_epoch_checkpoint_path(recovered.directory).read_text() == (
+        f"0\n2\n0 0\n3 {start}\n"
+    )
     manager.close()
