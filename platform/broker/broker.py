@@ -1,10 +1,12 @@
 """A Riverbed broker: wires the local logs, ZooKeeper metadata and the Kafka server together.
 
-Startup order matters and follows Kafka's: load and recover the local logs first (nothing can be
+Startup order matters and follows Kafka's: load and recover the local logs (nothing can be
 served before they are consistent), then join the cluster in ZooKeeper, apply the metadata (open
 the partitions this broker hosts; leading a `__consumer_offsets` partition starts loading its
 groups) and only then bind the listener — so a client that can connect gets correct answers.
-Shutdown runs the other way round and ends with a clean-shutdown marker.
+The logs load on a worker thread while the ZooKeeper session opens and the metadata is read
+(neither touches a log), and the broker registers only once they are loaded. Shutdown runs the
+other way round and ends with a clean-shutdown marker.
 """
 
 from __future__ import annotations
@@ -111,6 +113,7 @@ class Broker:
         # Applies metadata to the hosted partitions, once our registration is known.
         self._roles: PartitionRoles | None = None
         self._log_manager: LogManager | None = None
+        self._logs_loading: asyncio.Future[LogManager] | None = None
         self._servers: list[KafkaServer] = []  # one per listener, in `listeners` order
         self._ctx: BrokerContext | None = None
         self._metrics_server: MetricsServer | None = None
@@ -137,20 +140,23 @@ class Broker:
         ssl_contexts = self._ssl_contexts()
         data_dir = Path(config.log_dir)
         await asyncio.to_thread(data_dir.mkdir, parents=True, exist_ok=True)
-        # Local logs first: recovery must finish before anything is served.
+        # Recovery must finish before anything is served; meanwhile ZooKeeper is read.
         defaults = log_config(self.config, {})
-        self._log_manager = await asyncio.to_thread(LogManager, data_dir, defaults)
+        self._logs_loading = asyncio.ensure_future(
+            asyncio.to_thread(LogManager, data_dir, defaults)
+        )
         stack.push_async_callback(self._close_logs)
-        partitions = PartitionManager(self._log_manager, config.broker_id)
         await self._zk.start()
         stack.push_async_callback(self._zk.stop)
         authenticators = await self._start_authentication(stack)
         await self._store.ensure_layout()
         cluster_id = await self._store.ensure_cluster_id()
-        check_data_dir_identity(data_dir, cluster_id=cluster_id, broker_id=config.broker_id)
         await self._watcher.start()
         stack.push_async_callback(self._watcher.stop)
         acls = await self._start_acls() if config.authorizer_enabled else None
+        self._log_manager = await self._logs_loading
+        check_data_dir_identity(data_dir, cluster_id=cluster_id, broker_id=config.broker_id)
+        partitions = PartitionManager(self._log_manager, config.broker_id)
         metrics = BrokerMetrics()
         isr_manager = IsrManager(
             self._store,
@@ -287,6 +293,10 @@ class Broker:
         return AclStore(self._zk, cache)
 
     async def _close_logs(self) -> None:
+        if self._log_manager is None and self._logs_loading is not None:
+            # Startup failed while the logs loaded: they hold the data dir's lock until closed.
+            with contextlib.suppress(Exception):
+                self._log_manager = await asyncio.shield(self._logs_loading)
         if self._ctx is not None:
             # The server is stopped, so there are no more appends: snapshot before closing.
             for partition in self._ctx.partitions:

@@ -267,8 +267,9 @@ class PartitionLog:
 
     def _load_leader_epochs(self) -> None:
         """Load the leader epoch cache; rebuild it from the batch headers if its checkpoint is
-        unreadable, or missing while the log holds data. Entries from the LEO on are dropped:
-        their batches were never written, or recovery cut them."""
+        unreadable, or missing while the log holds data. Entries from the LEO on are dropped: their
+        batches were never written, or recovery cut them (the file is rewritten only after a
+        recovery; see `drop_from_end`)."""
         path = leader_epoch_checkpoint_path(self._directory)
         try:
             if self.size_bytes and not path.exists():
@@ -279,10 +280,13 @@ class PartitionLog:
             cache = LeaderEpochCache.rebuild(
                 self._directory, self.batch_headers(self.log_start_offset)
             )
-        cache.truncate_from_end(self.log_end_offset)
-        if self._recovered_from is not None:
-            # The checkpoint is durable only up to the recovery point: the re-scanned batches
-            # above it may carry epochs it lost.
+        if self._recovered_from is None:
+            cache.drop_from_end(self.log_end_offset)  # nothing re-scanned: in memory only
+        else:
+            # The checkpoint is durable only up to the recovery point, and may run ahead of the
+            # log (entries of leaderships that wrote nothing, which opening does not rewrite):
+            # the epochs of the re-scanned batches are taken from their headers instead.
+            cache.truncate_from_end(self._recovered_from)
             for header in self.batch_headers(max(self._recovered_from, self.log_start_offset)):
                 if header.partition_leader_epoch > cache.latest_epoch:
                     cache.assign(header.partition_leader_epoch, header.base_offset)
