@@ -663,10 +663,13 @@ class LeaderFetcher:
             # Our log end is past the leader's (an unclean election): find where we diverge.
             self._needs_truncation(followed)
         else:
-            # DEBUG: after a leadership move every partition answers FENCED_LEADER_EPOCH or
-            # UNKNOWN_LEADER_EPOCH once, until both sides know the new epoch (thousands of
-            # lines at once: 14% of a broker's loop in a profiled shutdown at 4,000 partitions).
-            log.debug("%s: leader %d answered %s", partition, self.leader_id, error.name)
+            # After a leadership move every partition answers FENCED_LEADER_EPOCH or one of
+            # the leadership-lag errors once, until both sides know the new epoch: at DEBUG,
+            # since thousands of such lines at once took 14% of a broker's loop in a profiled
+            # shutdown at 4,000 partitions. Anything else is worth an operator's eye.
+            transient = error in LEADERSHIP_LAG_ERRORS or error == ErrorCode.FENCED_LEADER_EPOCH
+            level = logging.DEBUG if transient else logging.INFO
+            log.log(level, "%s: leader %d answered %s", partition, self.leader_id, error.name)
         self._back_off(followed, error)
 
 
