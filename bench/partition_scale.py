@@ -648,12 +648,12 @@ METRICS: dict[str, tuple[str, str, Callable[[dict[str, Any]], float]]] = {
         lambda f: f["rss"]["per_partition_kib"],
     ),
     "produce_one_partition_per_s": (
-        "produce to one partition",
+        "produce to one partition, confluent-kafka",
         "records/s",
         lambda f: f["produce"]["one_partition"]["records_per_s"],
     ),
     "produce_spread_per_s": (
-        "produce spread over every partition",
+        "produce spread over every partition, confluent-kafka",
         "records/s",
         lambda f: f["produce"]["spread"]["records_per_s"],
     ),
