@@ -327,6 +327,60 @@ async def test_conflicting_leader_isr_write_is_kept(cluster: Cluster) -> None:
     assert version == 3  # the leader's write, then exactly one controller write
 
 
+async def test_a_conflict_in_one_of_several_transactions_in_flight(cluster: Cluster) -> None:
+    """A controlled shutdown of a broker in 450 partitions writes three transactions at once;
+    a leader's ISR write conflicts with one partition of a later one. The other transactions
+    land, the conflicting one's other partitions go again unchanged, and every partition ends
+    written exactly once by the controller, leaders moved first."""
+    node = await cluster.node(1)
+    for broker_id in (2, 3, 4):
+        await cluster.broker(broker_id)
+    partitions = 2 * controller_module.STATE_WRITES_PER_TRANSACTION_MAX + 50
+    assignment = await create_topic(cluster, "t", {2, 3, 4}, partitions=partitions)
+    await eventually(
+        lambda: all(node.cache.partition("t", p) is not None for p in range(partitions)),
+        "the cache has every state",
+    )
+    # The last partition broker 4 does not lead: its ISR-only change is written after the
+    # leader moves, in a later transaction.
+    conflicted = max(p for p, replicas in assignment.items() if replicas[0] != 4)
+    leader = assignment[conflicted][0]
+    await node.watcher.stop()
+    await set_state(cluster, "t", leader, (leader, 4), partition=conflicted)  # drops a follower
+    assert await asyncio.wait_for(node.controller.controlled_shutdown(4), WAIT_S) == []
+    node.watcher = MetadataWatcher(node.store.zk, node.cache)
+    await node.watcher.start()
+
+    store = await cluster.store()
+    for index, replicas in assignment.items():
+        state, version = await store.get_partition_state("t", index)
+        assert 4 not in state.isr, (index, state)
+        assert state.leader != 4, (index, state)
+        assert state.leader_epoch == 1, (index, state)  # one controller write each
+        if index == conflicted:
+            assert (state.leader, state.isr, version) == (leader, (leader,), 2)
+        else:
+            assert state.isr == tuple(r for r in replicas if r != 4), (index, state)
+            assert version == 1, (index, version)
+
+    def written_at(index: int) -> int:
+        state = node.cache.partition("t", index)
+        assert state is not None
+        return state.state_modified_zxid
+
+    def cached_epoch(index: int) -> int:
+        state = node.cache.partition("t", index)
+        return -1 if state is None else state.leader_epoch
+
+    await eventually(
+        lambda: all(cached_epoch(p) == 1 for p in range(partitions)),
+        "the cache has every new state",
+    )
+    moved = [p for p, replicas in assignment.items() if replicas[0] == 4]
+    shrunk = [p for p, replicas in assignment.items() if replicas[0] != 4]
+    assert max(map(written_at, moved)) <= min(map(written_at, shrunk)), "leaders first"
+
+
 async def test_restarted_broker_loses_its_old_term(cluster: Cluster) -> None:
     node = await cluster.node(1)
     broker_2 = await cluster.broker(2)
