@@ -65,6 +65,22 @@ def test_key_value_lines() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("created", "expected"),
+    [
+        (1_790_000_000.5, "2026-09-21T14:13:20.500Z"),
+        (1_790_000_000.999, "2026-09-21T14:13:20.999Z"),
+        (1_790_000_001.0, "2026-09-21T14:13:21.000Z"),  # the next second: a new date prefix
+        (1_790_000_000.001, "2026-09-21T14:13:20.001Z"),  # and back again
+        (1_790_003_600.25, "2026-09-21T15:13:20.250Z"),
+    ],
+)
+def test_timestamps_across_seconds(created: float, expected: str) -> None:
+    made = record()
+    made.created = created
+    assert KeyValueFormatter().format(made).startswith(f"ts={expected} ")
+
+
 def test_json_lines_keep_types_and_tracebacks() -> None:
     line = JsonFormatter().format(event_record("tiering.segment_uploaded", partition=3, isr=[1]))
     assert json.loads(line) == {
