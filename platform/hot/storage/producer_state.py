@@ -29,6 +29,7 @@ the log end offset and replays only the batches after it.
 from __future__ import annotations
 
 import logging
+import os
 import struct
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -303,23 +304,36 @@ def snapshot_path(directory: Path, offset: int) -> Path:
 
 
 def snapshot_files(directory: Path) -> list[Path]:
-    """The snapshots in `directory`, oldest (lowest offset) first."""
-    return sorted(
-        path
-        for path in directory.iterdir()
-        if path.suffix == SNAPSHOT_SUFFIX and path.stem.isdigit()
+    """The snapshots in `directory`, oldest (lowest offset) first. Names are compared as
+    strings (os.listdir, not Path objects for every segment file: a broker opening or closing
+    thousands of partitions lists each directory)."""
+    suffix_len = len(SNAPSHOT_SUFFIX)
+    names = sorted(
+        name
+        for name in os.listdir(directory)
+        if name.endswith(SNAPSHOT_SUFFIX) and name[:-suffix_len].isdigit()
     )
+    return [directory / name for name in names]
 
 
 def delete_snapshots_above(directory: Path, offset: int) -> int:
     """Delete the snapshots taken above `offset`: once the log ends at `offset` (a truncation,
     or recovery cutting a torn tail) they describe batches it no longer holds. Returns how many
     were deleted."""
-    stale = [path for path in snapshot_files(directory) if int(path.stem) > offset]
-    for path in stale:
-        log.info("%s: removing a snapshot above the log end %d", path, offset)
-        path.unlink(missing_ok=True)
-    return len(stale)
+    files = snapshot_files(directory)
+    return len(files) - len(_without_snapshots_above(files, offset))
+
+
+def _without_snapshots_above(files: list[Path], offset: int) -> list[Path]:
+    """Delete the snapshots of `files` taken above `offset`; return the others."""
+    kept = []
+    for path in files:
+        if int(path.stem) > offset:
+            log.info("%s: removing a snapshot above the log end %d", path, offset)
+            path.unlink(missing_ok=True)
+        else:
+            kept.append(path)
+    return kept
 
 
 def load_producer_state(
@@ -330,12 +344,12 @@ def load_producer_state(
     """The state of a log reopened at `log_end_offset`: the latest readable snapshot at or below
     it, plus the batches after that snapshot (`batches_from(offset)` yields the headers of the
     batches holding offsets >= offset, oldest first). Snapshots above the log end offset are
-    deleted first (`delete_snapshots_above`), unreadable ones too. After a truncation, calling it
-    again with the new log end offset gives the state of the truncated log."""
-    delete_snapshots_above(directory, log_end_offset)
+    deleted first (as `delete_snapshots_above` does; the directory is listed once), unreadable
+    ones too. After a truncation, calling it again with the new log end offset gives the state
+    of the truncated log."""
     manager: ProducerStateManager | None = None
     start_offset = 0
-    for path in reversed(snapshot_files(directory)):
+    for path in reversed(_without_snapshots_above(snapshot_files(directory), log_end_offset)):
         offset = int(path.stem)
         try:
             manager = ProducerStateManager.decode_snapshot(path.read_bytes())
