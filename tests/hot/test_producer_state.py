@@ -277,6 +277,32 @@ def test_reopening_recovers_the_state_from_snapshot_and_tail(tmp_path: Path) -> 
     reopened.close()
 
 
+def test_a_snapshot_is_not_written_again_until_the_state_changes(tmp_path: Path) -> None:
+    """Kafka's takeSnapshot rule: nothing appended since the snapshot the state was written to
+    or read from, no new file (a broker's shutdown then writes none for idle partitions); an
+    append, even to the same end offset after a truncation, makes it write again."""
+    log = open_log(tmp_path)
+    state = ProducerStateManager()
+    for seq in range(5):
+        produce(log, state, idempotent_batch(seq))
+    end = log.log_end_offset
+    assert state.take_snapshot(tmp_path, end)
+    path = snapshot_path(tmp_path, end)
+    written = path.stat()
+    assert state.take_snapshot(tmp_path, end)  # no change: the same file stays
+    assert path.stat().st_ino == written.st_ino
+    log.close()
+
+    reopened = open_log(tmp_path)
+    loaded = load_producer_state(tmp_path, reopened.log_end_offset, reopened.batch_headers)
+    assert loaded.take_snapshot(tmp_path, end)  # read from it and unchanged: not rewritten
+    assert path.stat().st_ino == written.st_ino
+    produce(reopened, loaded, idempotent_batch(5))
+    assert loaded.take_snapshot(tmp_path, end)  # the state changed: written again
+    assert path.stat().st_ino != written.st_ino
+    reopened.close()
+
+
 def test_without_snapshots_the_whole_log_is_scanned(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     state = ProducerStateManager()

@@ -142,6 +142,9 @@ class ProducerStateManager:
 
     def __init__(self) -> None:
         self._producers: dict[int, ProducerEntry] = {}
+        # The offset of the snapshot this state was last written to or read from, if it is
+        # the whole state (nothing appended since): Kafka's lastSnapOffset.
+        self.snapshot_offset: int | None = None
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -179,6 +182,7 @@ class ProducerStateManager:
     def on_append(self, headers: Sequence[BatchHeader], first_offset: int) -> None:
         """Record batches just appended, the first at `first_offset` (the log assigns
         consecutive offsets, so each batch's base offset follows from the previous one)."""
+        self.snapshot_offset = None
         base_offset = first_offset
         for header in headers:
             self._apply(header, base_offset)
@@ -188,6 +192,7 @@ class ProducerStateManager:
         """Replay headers whose offsets are final, without validation: headers read back from
         the log (what is in it was accepted when it was written), or a follower's batches just
         appended with the leader's offsets (the leader validated them)."""
+        self.snapshot_offset = None
         for header in batches:
             self._apply(header, header.base_offset)
 
@@ -202,6 +207,8 @@ class ProducerStateManager:
         ]
         for producer_id in expired:
             del self._producers[producer_id]
+        if expired:
+            self.snapshot_offset = None
         return len(expired)
 
     def _apply(self, header: BatchHeader, base_offset: int) -> None:
@@ -218,13 +225,19 @@ class ProducerStateManager:
     def take_snapshot(self, directory: Path, offset: int, *, durable: bool = True) -> bool:
         """Write the state (that of every batch below `offset`) to `<offset>.snapshot` and drop
         older snapshots beyond SNAPSHOTS_KEPT_MAX. A failure is logged, not raised: a missing
-        snapshot only makes the next open scan more of the log. Returns whether it was written.
+        snapshot only makes the next open scan more of the log. Returns whether the snapshot is
+        on disk (written now, or the one this state was last written to or read from).
         `durable=False` leaves the fsync to the caller (a clean shutdown syncs the whole file
         system once); a snapshot a crash then tears fails its CRC and is not used.
         """
+        if offset == self.snapshot_offset:
+            # Nothing appended since that snapshot (Kafka skips it too): an idle partition's
+            # shutdown writes no file, which at thousands of partitions was most of it.
+            return True
         path = snapshot_path(directory, offset)
         try:
             write_atomically(path, self.encode_snapshot(), durable=durable)
+            self.snapshot_offset = offset
             for stale in snapshot_files(directory)[:-SNAPSHOTS_KEPT_MAX]:
                 stale.unlink(missing_ok=True)
         except OSError as error:
@@ -361,6 +374,8 @@ def load_producer_state(
         break
     if manager is None:
         manager = ProducerStateManager()
+    elif start_offset == log_end_offset:
+        manager.snapshot_offset = start_offset  # the snapshot is the whole state
     if start_offset < log_end_offset:
         manager.rebuild(
             header for header in batches_from(start_offset) if header.base_offset >= start_offset
