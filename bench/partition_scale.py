@@ -634,6 +634,29 @@ def _summary(figures: Mapping[str, Any]) -> str:
 # -- results -------------------------------------------------------------------------------------
 
 
+def _produce_metrics(
+    suffix: str, figures_key: str, client: str
+) -> dict[str, tuple[str, str, Callable[[dict[str, Any]], float]]]:
+    """The produce phase's three metrics for one client's figures."""
+    return {
+        f"produce_one_partition_per_s{suffix}": (
+            f"produce to one partition, {client}",
+            "records/s",
+            lambda f: f[figures_key]["one_partition"]["records_per_s"],
+        ),
+        f"produce_spread_per_s{suffix}": (
+            f"produce spread over every partition, {client}",
+            "records/s",
+            lambda f: f[figures_key]["spread"]["records_per_s"],
+        ),
+        f"produce_ratio{suffix}": (
+            f"produce spread / one partition, {client}",
+            "x",
+            lambda f: f[figures_key]["ratio"],
+        ),
+    }
+
+
 # Metric: (label, unit, its value in one size's figures).
 METRICS: dict[str, tuple[str, str, Callable[[dict[str, Any]], float]]] = {
     "create_s": ("topic created, every ISR full", "s", lambda f: f["create"]["seconds"]),
@@ -647,36 +670,8 @@ METRICS: dict[str, tuple[str, str, Callable[[dict[str, Any]], float]]] = {
         "KiB",
         lambda f: f["rss"]["per_partition_kib"],
     ),
-    "produce_one_partition_per_s": (
-        "produce to one partition, confluent-kafka",
-        "records/s",
-        lambda f: f["produce"]["one_partition"]["records_per_s"],
-    ),
-    "produce_spread_per_s": (
-        "produce spread over every partition, confluent-kafka",
-        "records/s",
-        lambda f: f["produce"]["spread"]["records_per_s"],
-    ),
-    "produce_ratio": (
-        "produce spread / one partition, confluent-kafka",
-        "x",
-        lambda f: f["produce"]["ratio"],
-    ),
-    "produce_one_partition_per_s_riverbed": (
-        "produce to one partition, Riverbed's producer",
-        "records/s",
-        lambda f: f["produce_riverbed"]["one_partition"]["records_per_s"],
-    ),
-    "produce_spread_per_s_riverbed": (
-        "produce spread over every partition, Riverbed's producer",
-        "records/s",
-        lambda f: f["produce_riverbed"]["spread"]["records_per_s"],
-    ),
-    "produce_ratio_riverbed": (
-        "produce spread / one partition, Riverbed's producer",
-        "x",
-        lambda f: f["produce_riverbed"]["ratio"],
-    ),
+    **_produce_metrics("", "produce", "confluent-kafka"),
+    **_produce_metrics("_riverbed", "produce_riverbed", "Riverbed's producer"),
     "controlled_shutdown_s": (
         "controlled shutdown (SIGTERM to exit)",
         "s",
