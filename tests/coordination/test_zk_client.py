@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import selectors
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from riverbed.coordination import zk as zk_module
 from riverbed.coordination.embedded_zk import EmbeddedZooKeeper
 from riverbed.coordination.zk import (
     AsyncZooKeeper,
@@ -287,3 +291,39 @@ async def test_many_data_watches_are_set_up_and_fire_in_parallel(zk: AsyncZooKee
     assert latest == dict.fromkeys(range(count), b"0")
     await zk.transaction([SetOp(f"/many/{i}", b"1", 0) for i in range(count)])
     await eventually(lambda: all(value == b"1" for value in latest.values()))
+
+
+async def test_kazoo_waits_on_its_sockets_with_poll(
+    zk: AsyncZooKeeper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kazoo's connection thread waits on its sockets before every read and write. Ours waits
+    with poll(2): no epoll instance is made per wait (three system calls each), so calls,
+    watches and their events all work with the default selector unusable."""
+
+    def no_default_selector() -> None:
+        raise AssertionError("kazoo built a DefaultSelector (epoll) to wait on a socket")
+
+    monkeypatch.setattr(selectors, "DefaultSelector", no_default_selector)
+    seen: list[bytes | None] = []
+    await zk.create("/polled", b"0")
+    await zk.watch_data("/polled", lambda data, _stat: seen.append(data))
+    await zk.set("/polled", b"1")
+    await eventually(lambda: seen == [b"0", b"1"])
+
+
+def test_the_poll_wait_takes_descriptors_past_select_s_limit() -> None:
+    """select(2) cannot wait on a descriptor numbered 1024 or more, and a broker holds that many
+    files and sockets; the poll wait answers for such descriptors as kazoo expects: the ready
+    ones, as the objects it passed."""
+    reader, writer = socket.socketpair()
+    high_fd = os.dup2(reader.fileno(), 1500)
+    high = socket.socket(fileno=high_fd)
+    try:
+        handler = zk_module._PollingHandler()
+        assert handler.select([high], [], [], 0) == ([], [], [])
+        writer.send(b"x")
+        assert handler.select([high], [writer], [], 1.0) == ([high], [writer], [])
+    finally:
+        high.close()
+        reader.close()
+        writer.close()
