@@ -4,7 +4,7 @@ How the bridge works, and why:
 
 * Data calls use kazoo's `*_async` methods. Each returns an IAsyncResult whose `rawlink`
   callback runs on kazoo's completion thread; that callback only hands the outcome to the loop
-  with `loop.call_soon_threadsafe`. No thread is parked per call, so there is nothing to bound:
+  (`_post`). No thread is parked per call, so there is nothing to bound:
   kazoo already pipelines every request over its one connection, and a cancelled awaiter simply
   drops the answer when it arrives.
 * Children watches use kazoo's ChildrenWatch recipe, which re-arms the one-shot ZooKeeper watch
@@ -16,7 +16,10 @@ How the bridge works, and why:
   reached the other brokers seconds later; setting up thousands of them took as long. Ours
   pipeline every read over the connection, re-arm what failed once connected again, and re-read
   everything after a new session (whose server-side watches are gone).
-* Every watch callback is forwarded to the loop in order (call_soon_threadsafe is FIFO).
+* Every outcome and watch callback reaches the loop in order, through one inbox that wakes the
+  loop once per burst (`_post`), not once per callback.
+* kazoo waits on its sockets with poll(2) (`_PollingHandler`), not a new epoll instance per
+  wait.
 * Lifecycle steps that kazoo only offers as blocking calls (stopping joins its threads;
   creating a missing chroot needs a session outside the chroot) run in a worker thread.
 * Connection state changes are forwarded to the loop as `ConnectionState`, which separates a
@@ -29,11 +32,13 @@ this module imports kazoo.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import enum
 import logging
 import selectors
+import threading
 import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -284,6 +289,13 @@ class AsyncZooKeeper:
         self._data_watches: set[_DataWatch] = set()
         self._stalled_watches: set[_DataWatch] = set()
         self._stalled_retry: asyncio.TimerHandle | None = None
+        # Calls for the loop from kazoo's threads (`_post`), in order; `_inbox_posted` says the
+        # loop has been asked to take them.
+        self._inbox: collections.deque[tuple[Callable[..., None], tuple[Any, ...]]] = (
+            collections.deque()
+        )
+        self._inbox_lock = threading.Lock()
+        self._inbox_posted = False
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -539,12 +551,30 @@ class AsyncZooKeeper:
             raise translate_error(error, None) from error
 
     def _post(self, function: Callable[..., None], *args: Any) -> None:
-        """Run `function(*args)` on the loop; from any thread."""
+        """Run `function(*args)` on the loop, after everything posted before it; from any
+        thread. Calls posted while the loop has not yet taken the earlier ones wait in the inbox
+        and cost no wake-up of their own: a controller's transaction fires a watch per
+        partition it wrote, and each one used to write to the loop's self-pipe."""
         loop = self._require_loop()
+        with self._inbox_lock:
+            self._inbox.append((function, args))
+            if self._inbox_posted:
+                return
+            self._inbox_posted = True
         try:
-            loop.call_soon_threadsafe(function, *args)
+            loop.call_soon_threadsafe(self._take_inbox)
         except RuntimeError:
-            log.debug("event loop closed; dropped a ZooKeeper callback")
+            log.debug("event loop closed; dropped ZooKeeper callbacks")
+
+    def _take_inbox(self) -> None:  # loop
+        with self._inbox_lock:
+            posted, self._inbox = self._inbox, collections.deque()
+            self._inbox_posted = False
+        for function, args in posted:
+            try:
+                function(*args)
+            except Exception:  # one failing callback must not drop the ones behind it
+                log.exception("a ZooKeeper callback failed")
 
     def _require_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:

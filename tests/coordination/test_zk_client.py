@@ -327,3 +327,34 @@ def test_the_poll_wait_takes_descriptors_past_select_s_limit() -> None:
         high.close()
         reader.close()
         writer.close()
+
+
+async def test_calls_posted_from_threads_run_in_order_past_a_failing_one(
+    zk: AsyncZooKeeper, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kazoo's threads hand calls to the loop through one inbox, woken once per burst: they run
+    on the loop, in the order posted, and one that raises is logged without dropping the rest."""
+    ran: list[tuple[int, int]] = []
+    loop_thread = threading.get_ident()
+
+    def record(sender: int, index: int) -> None:
+        assert threading.get_ident() == loop_thread
+        if (sender, index) == (0, 500):
+            raise RuntimeError("a failing callback")
+        ran.append((sender, index))
+
+    def post_many(sender: int) -> None:
+        for index in range(1000):
+            zk._post(record, sender, index)
+
+    senders = [threading.Thread(target=post_many, args=(sender,)) for sender in range(2)]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        await asyncio.to_thread(sender.join)
+    await eventually(lambda: len(ran) == 1999)
+    for sender in range(2):
+        assert [i for s, i in ran if s == sender] == [
+            i for i in range(1000) if (sender, i) != (0, 500)
+        ]
+    assert "a ZooKeeper callback failed" in caplog.text
