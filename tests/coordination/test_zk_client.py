@@ -347,11 +347,11 @@ async def test_calls_posted_from_threads_run_in_order_past_a_failing_one(
         for index in range(1000):
             zk._post(record, sender, index)
 
-    senders = [threading.Thread(target=post_many, args=(sender,)) for sender in range(2)]
-    for sender in senders:
-        sender.start()
-    for sender in senders:
-        await asyncio.to_thread(sender.join)
+    threads = [threading.Thread(target=post_many, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        await asyncio.to_thread(thread.join)
     await eventually(lambda: len(ran) == 1999)
     for sender in range(2):
         assert [i for s, i in ran if s == sender] == [
