@@ -77,6 +77,34 @@ def test_only_named_marked_and_owed_partitions_are_read() -> None:
     assert [key for key, _ in session.to_read()] == [("t", 3), ("t", 7)]
 
 
+class _CountedId(uuid.UUID):
+    """A topic id that counts how often it is hashed (a session's keys are hashed with it)."""
+
+    hashed = 0
+
+    def __hash__(self) -> int:
+        type(self).hashed += 1
+        return super().__hash__()
+
+
+def test_an_idle_request_touches_none_of_the_sessions_partitions() -> None:
+    """What an incremental request reads costs what changed, not the session's size: with
+    nothing owed or marked, no key of the session's 10,000 partitions is even hashed."""
+    cache = FetchSessionCache(10, EVICTION_MS)
+    session = cache.new_session(follower=True, size=10_000, version=13, now_ms=0)
+    assert session is not None
+    topic_id = _CountedId(int=TOPIC_ID.int)
+    for index in range(10_000):
+        session.put((topic_id, index), "", topic_id, _wanted(index))
+    _answer_all(session)
+    _CountedId.hashed = 0
+    assert session.to_read() == []
+    assert _CountedId.hashed == 0
+    session.watch.mark("", topic_id, 7, END_MOVED)
+    assert [key for key, _ in session.to_read()] == [(topic_id, 7)]
+    assert _CountedId.hashed < 10
+
+
 def test_an_incremental_answer_carries_only_news_and_rotates_partitions_with_records() -> None:
     cache = FetchSessionCache(10, EVICTION_MS)
     session = _session(cache, 3)

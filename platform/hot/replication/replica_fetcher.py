@@ -177,7 +177,9 @@ class LeaderFetcher:
         # may differ from what it holds (checked at the next fetch).
         self._session_id = NO_SESSION_ID
         self._session_epoch = INITIAL_EPOCH
-        self._in_session: dict[tuple[str, int], _SessionEntry] = {}
+        # What the session holds per partition, and the _Followed it was sent for (replaced,
+        # never cleared in place: a round's response is matched against the dict it sent).
+        self._in_session: dict[tuple[str, int], tuple[_SessionEntry, _Followed]] = {}
         self._dirty: set[tuple[str, int]] = set()
         self._untruncated: set[tuple[str, int]] = set()
         self._delayed: dict[tuple[str, int], _Followed] = {}
@@ -327,7 +329,7 @@ class LeaderFetcher:
         if not close:
             self._session_id = NO_SESSION_ID
         self._session_epoch = INITIAL_EPOCH
-        self._in_session.clear()
+        self._in_session = {}
 
     async def _session_round(self, connection: BrokerConnection) -> None:
         """One fetch through the session: truncate what needs it, then send what changed."""
@@ -337,12 +339,16 @@ class LeaderFetcher:
             if followed.retry_at_s <= now:
                 del self._delayed[key]
                 self._dirty.add(key)
-        untruncated = [
-            self._followed[key]
-            for key in self._untruncated
-            if key in self._followed and key not in self._delayed
-        ]
-        self._untruncated.intersection_update(self._followed)
+        untruncated = []
+        unfollowed = []
+        for key in self._untruncated:
+            current = self._followed.get(key)
+            if current is None:
+                unfollowed.append(key)
+            elif key not in self._delayed:
+                untruncated.append(current)
+        # Not intersection_update(self._followed): that walks every followed partition.
+        self._untruncated.difference_update(unfollowed)
         if untruncated:
             await self._truncate(connection, untruncated)
             for followed in untruncated:
@@ -386,22 +392,23 @@ class LeaderFetcher:
                 name = metadata.name if metadata is not None else ""
             for data in topic_response.partitions:
                 key = (name, data.partition_index)
-                target = sent.get(key)
-                if target is None or not self._current(target):
+                held = sent.get(key)
+                if held is None or not self._current(target := held[1]):
                     continue
                 self._apply(target, data)
                 self._dirty.add(key)  # its fetch offset or log start may have moved
 
     def _session_request(
         self, full: bool
-    ) -> tuple[m.FetchRequest, dict[tuple[str, int], _Followed]]:
+    ) -> tuple[m.FetchRequest, dict[tuple[str, int], tuple[_SessionEntry, _Followed]]]:
         """The session's next request: every fetchable partition (full), or those whose entry
         changed and those to forget (incremental); and the partitions the session then holds
-        (those a response may name)."""
+        (those a response may name), each with the _Followed it was sent for. An idle session's
+        request costs nothing per partition it holds."""
         keys = list(self._followed) if full else list(self._dirty)
         self._dirty.clear()
         if full:
-            self._in_session.clear()
+            self._in_session = {}
         topics: dict[str, m.FetchRequest.FetchTopic] = {}
         forgotten: dict[str, m.FetchRequest.ForgottenTopic] = {}
         for key in keys:
@@ -434,9 +441,10 @@ class LeaderFetcher:
                 partition_log.log_start_offset,
                 REPLICA_FETCH_MAX_BYTES,
             )
-            if self._in_session.get(key) == entry:
+            held = self._in_session.get(key)
+            if held is not None and held[0] == entry and held[1] is followed:
                 continue
-            self._in_session[key] = entry
+            self._in_session[key] = (entry, followed)
             topic = topics.get(key[0])
             if topic is None:
                 topic = topics[key[0]] = m.FetchRequest.FetchTopic(
@@ -464,8 +472,7 @@ class LeaderFetcher:
             topics=list(topics.values()),
             forgotten_topics_data=list(forgotten.values()),
         )
-        sent = {key: self._followed[key] for key in self._in_session}
-        return request, sent
+        return request, self._in_session
 
     # -- truncation ----------------------------------------------------------------------------
 
