@@ -137,6 +137,17 @@ def partition_state_path(topic: str, partition: int) -> str:
     return f"{partition_path(topic, partition)}/state"
 
 
+def parse_partition_state_path(path: str) -> tuple[str, int] | None:
+    """(topic, partition) of a partition state znode's path; None for any other path."""
+    prefix = f"{BROKER_TOPICS_PATH}/"
+    if not path.startswith(prefix) or not path.endswith("/state"):
+        return None
+    parts = path[len(prefix) : -len("/state")].split("/")
+    if len(parts) != 3 or parts[1] != "partitions" or not parts[2].isdigit():
+        return None
+    return parts[0], int(parts[2])
+
+
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS_PATH}/{topic}"
 

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 # Listeners run synchronously on every change; a broker needs a handful, not an open-ended list.
 LISTENERS_MAX: Final = 64
+# Partition states whose read failed while connected are read again after this.
+STATE_READ_RETRY_MS: Final = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,7 +320,8 @@ class _TopicParts:
     states: dict[int, tuple[PartitionState, int, int, int]] = field(default_factory=dict)
     configs: tuple[Mapping[str, str], int] | None = None  # (overrides, czxid; 0 if no znode)
     handles: list[WatchHandle] = field(default_factory=list)
-    watched_partitions: set[int] = field(default_factory=set)
+    # Partitions whose states have been asked for (the assignment named them).
+    read_partitions: set[int] = field(default_factory=set)
     # Whether the cache holds this topic as last published whole; until then, and after its
     # assignment or configs change, the next publication rebuilds the whole topic.
     published: bool = False
@@ -406,12 +409,20 @@ class MetadataWatcher:
         # queued on the loop have been taken in (`_publish`).
         self._unpublished: dict[str, _TopicParts] = {}
         self._publication: asyncio.Handle | None = None
+        # Partition states to read (again): named by a new assignment, or reported changed by
+        # the watch on /brokers/topics. One task reads them, in multiRead batches.
+        self._stale: set[tuple[str, int]] = set()
+        self._reading = False
+        self._read_retry: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
         """Set up the watches; return once the initial full load is in the cache."""
         for path in (layout.BROKER_IDS_PATH, layout.BROKER_TOPICS_PATH, layout.CONFIG_TOPICS_PATH):
             await self.zk.ensure_path(path)
         zk = self.zk
+        # Before any topic is read: a state written later is then reported, one written earlier
+        # is in the read.
+        self._handles.append(await zk.watch_tree(layout.BROKER_TOPICS_PATH, self._on_topic_znode))
         self._handles.append(await zk.watch_data(layout.CLUSTER_ID_PATH, self._on_cluster_id))
         self._handles.append(
             await zk.watch_data(layout.BROKER_DEFAULT_CONFIG_PATH, self._on_broker_default_configs)
@@ -427,6 +438,9 @@ class MetadataWatcher:
         if self._publication is not None:
             self._publication.cancel()
             self._publication = None
+        if self._read_retry is not None:
+            self._read_retry.cancel()
+            self._read_retry = None
         for handle in self._all_handles():
             handle.cancel()
         for task in list(self._pending):
@@ -543,9 +557,10 @@ class MetadataWatcher:
             parts.assignment_zxid = stat.created_zxid
             parts.assignment_version = stat.version
             parts.published = False  # replicas (or the partitions) changed: rebuild it whole
-            for partition in set(parts.assignment.partitions) - parts.watched_partitions:
-                parts.watched_partitions.add(partition)
-                self._spawn(self._watch_partition(parts, partition))
+            added = set(parts.assignment.partitions) - parts.read_partitions
+            parts.read_partitions |= added
+            self._stale.update((name, partition) for partition in added)
+            self._read_stale_soon()
             self._publish(parts)
 
         def on_config(data: bytes | None, stat: NodeStat | None) -> None:
@@ -561,28 +576,71 @@ class MetadataWatcher:
         await self._add_topic_watch(parts, layout.topic_config_path(name), on_config)
         await self._add_topic_watch(parts, layout.topic_path(name), on_assignment)
 
-    async def _watch_partition(self, parts: _TopicParts, partition: int) -> None:
-        path = layout.partition_state_path(parts.name, partition)
+    # ---- partition states --------------------------------------------------------------------
 
-        def on_state(data: bytes | None, stat: NodeStat | None) -> None:
-            if data is None or stat is None:
-                parts.states.pop(partition, None)
-                return  # deleted with its topic, or not yet created: the assignment decides
-            try:
-                state = PartitionState.decode(path, data)
-                parts.states[partition] = (
-                    state,
-                    stat.created_zxid,
-                    stat.version,
-                    stat.modified_zxid,
-                )
-            except MalformedZnodeError:
-                log.exception("ignoring the state of %s-%d", parts.name, partition)
-                return
-            parts.dirty_states.add(partition)
-            self._publish(parts)
+    def _on_topic_znode(self, path: str | None) -> None:
+        """A znode below /brokers/topics changed (None: changes may have been missed)."""
+        if path is None:
+            for parts in self._topics.values():
+                self._stale.update((parts.name, partition) for partition in parts.read_partitions)
+        else:
+            key = layout.parse_partition_state_path(path)
+            if key is None or key[0] not in self._topics:
+                return  # not a state, or of a topic not read yet (its reading will see it)
+            self._stale.add(key)
+        self._read_stale_soon()
 
-        await self._add_topic_watch(parts, path, on_state)
+    def _read_stale_soon(self) -> None:
+        if not self._reading and self._stale and not self._stopped:
+            self._reading = True
+            self._spawn(self._read_stale())
+
+    async def _read_stale(self) -> None:
+        """Read the stale states, in batches, until none is left: a watch event costs what its
+        partition's share of a multiRead costs, and no read to set a watch again."""
+        try:
+            while self._stale and not self._stopped:
+                batch = list(self._stale)
+                self._stale = set()
+                paths = [layout.partition_state_path(topic, index) for topic, index in batch]
+                try:
+                    found = await self.zk.get_many(paths)
+                except ZkError as error:
+                    # Lost connections end in a full re-read (the tree watch says None); other
+                    # failures are retried after a pause.
+                    self._stale.update(batch)
+                    log.warning("could not read %d partition states: %s", len(batch), error)
+                    self._read_retry = asyncio.get_running_loop().call_later(
+                        STATE_READ_RETRY_MS / 1000, self._retry_reads
+                    )
+                    return
+                for (topic, index), path, result in zip(batch, paths, found, strict=True):
+                    if result is not None:
+                        self._take_state(topic, index, path, *result)
+        finally:
+            self._reading = False
+
+    def _retry_reads(self) -> None:
+        self._read_retry = None
+        self._read_stale_soon()
+
+    def _take_state(self, topic: str, index: int, path: str, data: bytes, stat: NodeStat) -> None:
+        """Keep a state read, unless one as new is held: reads of one partition may complete in
+        any order with its watch events, so the newest (topic incarnation, version) wins."""
+        parts = self._topics.get(topic)
+        if parts is None:
+            return  # deleted meanwhile
+        held = parts.states.get(index)
+        if held is not None and (stat.created_zxid, stat.version) <= (held[1], held[2]):
+            return
+        try:
+            state = PartitionState.decode(path, data)
+        except MalformedZnodeError:
+            log.exception("ignoring the state of %s-%d", topic, index)
+            return
+        parts.states[index] = (state, stat.created_zxid, stat.version, stat.modified_zxid)
+        parts.dirty_states.add(index)
+        self._publish(parts)
 
     async def _add_topic_watch(
         self,

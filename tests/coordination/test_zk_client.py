@@ -358,3 +358,60 @@ async def test_calls_posted_from_threads_run_in_order_past_a_failing_one(
             i for i in range(1000) if (sender, i) != (0, 500)
         ]
     assert "a ZooKeeper callback failed" in caplog.text
+
+
+async def test_get_many_reads_thousands_in_a_few_requests(zk: AsyncZooKeeper) -> None:
+    """get_many reads through multiRead (several requests past MULTI_READ_PATHS_MAX), inside
+    the chroot: each znode's data and stat in order, None for one that does not exist."""
+    count = zk_module.MULTI_READ_PATHS_MAX * 2 + 500
+    await zk.ensure_path("/bulk")
+    for start in range(0, count, 500):
+        await zk.transaction(
+            [CreateOp(f"/bulk/{i}", str(i).encode()) for i in range(start, start + 500)]
+        )
+    await zk.set("/bulk/7", b"seven")
+    paths = [f"/bulk/{i}" for i in range(count)] + ["/bulk/missing"]
+    found = await zk.get_many(paths)
+    assert found[-1] is None
+    assert [data for data, _ in found[:-1]] == [  # type: ignore[misc]
+        b"seven" if i == 7 else str(i).encode() for i in range(count)
+    ]
+    versions = {i: stat.version for i, (_, stat) in enumerate(found[:-1])}  # type: ignore[misc]
+    assert (versions[7], versions[8]) == (1, 0)
+    assert await zk.get_many([]) == []
+
+
+async def test_a_tree_watch_sees_every_change_below_it_and_survives_reconnects(
+    own_server: EmbeddedZooKeeper,
+) -> None:
+    """One persistent recursive watch reports each znode created, changed and deleted below
+    its path (not the path itself, nor beside it), without being set again. After the server's
+    restart it is set again and says None (read again) before reporting further changes."""
+    connect = restart_proof_connect(own_server, "/tree-test")
+    async with AsyncZooKeeper(connect, session_timeout_ms=RESTART_SESSION_TIMEOUT_MS) as zk:
+        await zk.ensure_path("/t")
+        await zk.ensure_path("/beside")
+        seen: list[str | None] = []
+        handle = await zk.watch_tree("/t", seen.append)
+        await zk.create("/t/a/b", b"1", makepath=True)
+        await zk.set("/t/a/b", b"2")
+        await zk.set("/t/a/b", b"3")
+        await zk.set("/t", b"the root itself")
+        await zk.create("/beside/x")
+        await zk.delete("/t/a/b")
+        await eventually(lambda: seen[-1:] == ["/t/a/b"] and len(seen) == 5)
+        assert seen == ["/t/a", "/t/a/b", "/t/a/b", "/t/a/b", "/t/a/b"]
+
+        await asyncio.to_thread(own_server.stop)
+        await eventually(lambda: zk.state is ConnectionState.SUSPENDED)
+        await asyncio.to_thread(own_server.start)
+        await eventually(lambda: None in seen)
+        await zk.create("/t/after")
+        await eventually(lambda: seen[-1] == "/t/after")
+        assert seen[5:] == [None, "/t/after"]
+
+        handle.cancel()
+        await zk.create("/t/cancelled")
+        await zk.create("/beside/y")  # a later event to wait for: the cancelled one came first
+        await asyncio.sleep(0.2)
+        assert seen[-1] == "/t/after"

@@ -140,3 +140,17 @@ def test_an_assignment_cannot_move_replicas_it_does_not_have() -> None:
     # Kafka's version 1 assignments have no adding/removing fields.
     old = b'{"version":1,"topic_id":"' + layout.encode_uuid(uuid.uuid4()).encode() + b'",'
     assert TopicAssignment.decode("t", old + b'"partitions":{"0":[1]}}').adding == {}
+
+
+def test_a_partition_state_path_is_told_from_the_other_topic_znodes() -> None:
+    path = layout.partition_state_path("orders.v2", 17)
+    assert layout.parse_partition_state_path(path) == ("orders.v2", 17)
+    for other in (
+        layout.topic_path("orders"),
+        layout.partitions_path("orders"),
+        layout.partition_path("orders", 3),
+        "/brokers/topics/orders/partitions/x/state",
+        "/brokers/topics/orders/state",
+        "/config/topics/orders/partitions/3/state",
+    ):
+        assert layout.parse_partition_state_path(other) is None
