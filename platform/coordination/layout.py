@@ -137,6 +137,12 @@ def partition_state_path(topic: str, partition: int) -> str:
     return f"{partition_path(topic, partition)}/state"
 
 
+def is_topic_path(path: str) -> bool:
+    """Whether `path` is a topic's znode (`/brokers/topics/<topic>`)."""
+    prefix = f"{BROKER_TOPICS_PATH}/"
+    return path.startswith(prefix) and "/" not in path[len(prefix) :]
+
+
 def parse_partition_state_path(path: str) -> tuple[str, int] | None:
     """(topic, partition) of a partition state znode's path; None for any other path."""
     prefix = f"{BROKER_TOPICS_PATH}/"

@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 # Listeners run synchronously on every change; a broker needs a handful, not an open-ended list.
 LISTENERS_MAX: Final = 64
-# Partition states whose read failed while connected are read again after this.
+# Topics and partition states whose reads failed while connected are read again after this.
 STATE_READ_RETRY_MS: Final = 200
 
 
@@ -413,6 +413,9 @@ class MetadataWatcher:
         # the watch on /brokers/topics. One task reads them, in multiRead batches.
         self._stale: set[tuple[str, int]] = set()
         self._reading = False
+        # A topic znode was created or deleted: the topics are listed again (`_list_topics`).
+        self._topics_changed = False
+        self._listing = False
         self._read_retry: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
@@ -420,8 +423,11 @@ class MetadataWatcher:
         for path in (layout.BROKER_IDS_PATH, layout.BROKER_TOPICS_PATH, layout.CONFIG_TOPICS_PATH):
             await self.zk.ensure_path(path)
         zk = self.zk
-        # Before any topic is read: a state written later is then reported, one written earlier
-        # is in the read.
+        # Before any topic is read: a topic or state written later is then reported, one
+        # written earlier is in the read. It also stands for a children watch on the path, which
+        # the session must not hold as well: ZooKeeper before 3.9 keeps one watch mode per path
+        # and session (ZOOKEEPER-4466), and the persistent watch set again after a reconnect
+        # silently replaced kazoo's restored children watch (new topics went unseen).
         self._handles.append(await zk.watch_tree(layout.BROKER_TOPICS_PATH, self._on_topic_znode))
         self._handles.append(await zk.watch_data(layout.CLUSTER_ID_PATH, self._on_cluster_id))
         self._handles.append(
@@ -429,7 +435,7 @@ class MetadataWatcher:
         )
         self._handles.append(await zk.watch_data(layout.CONTROLLER_PATH, self._on_controller))
         self._handles.append(await zk.watch_children(layout.BROKER_IDS_PATH, self._on_brokers))
-        self._handles.append(await zk.watch_children(layout.BROKER_TOPICS_PATH, self._on_topics))
+        self._on_topics(await zk.get_children(layout.BROKER_TOPICS_PATH))
         await self._drain()
         self._publish_pending()
 
@@ -580,6 +586,8 @@ class MetadataWatcher:
 
     def _on_topic_znode(self, path: str | None) -> None:
         """A znode below /brokers/topics changed (None: changes may have been missed)."""
+        if path is None or layout.is_topic_path(path):
+            self._list_topics_soon()
         if path is None:
             for parts in self._topics.values():
                 self._stale.update((parts.name, partition) for partition in parts.read_partitions)
@@ -589,6 +597,28 @@ class MetadataWatcher:
                 return  # not a state, or of a topic not read yet (its reading will see it)
             self._stale.add(key)
         self._read_stale_soon()
+
+    def _list_topics_soon(self) -> None:
+        self._topics_changed = True
+        if not self._listing and not self._stopped:
+            self._listing = True
+            self._spawn(self._list_topics())
+
+    async def _list_topics(self) -> None:
+        try:
+            while self._topics_changed and not self._stopped:
+                self._topics_changed = False
+                try:
+                    children = await self.zk.get_children(layout.BROKER_TOPICS_PATH)
+                except ZkError as error:
+                    # A lost connection ends in a new listing (the tree watch says None).
+                    log.warning("could not list the topics: %s", error)
+                    self._topics_changed = True
+                    self._read_retry_later()
+                    return
+                self._on_topics(children)
+        finally:
+            self._listing = False
 
     def _read_stale_soon(self) -> None:
         if not self._reading and self._stale and not self._stopped:
@@ -610,9 +640,7 @@ class MetadataWatcher:
                     # failures are retried after a pause.
                     self._stale.update(batch)
                     log.warning("could not read %d partition states: %s", len(batch), error)
-                    self._read_retry = asyncio.get_running_loop().call_later(
-                        STATE_READ_RETRY_MS / 1000, self._retry_reads
-                    )
+                    self._read_retry_later()
                     return
                 for (topic, index), path, result in zip(batch, paths, found, strict=True):
                     if result is not None:
@@ -620,8 +648,16 @@ class MetadataWatcher:
         finally:
             self._reading = False
 
+    def _read_retry_later(self) -> None:
+        if self._read_retry is None:
+            self._read_retry = asyncio.get_running_loop().call_later(
+                STATE_READ_RETRY_MS / 1000, self._retry_reads
+            )
+
     def _retry_reads(self) -> None:
         self._read_retry = None
+        if self._topics_changed:
+            self._list_topics_soon()
         self._read_stale_soon()
 
     def _take_state(self, topic: str, index: int, path: str, data: bytes, stat: NodeStat) -> None:

@@ -90,6 +90,10 @@ class ZkError(Exception):
         self.path = path
 
 
+class ZkVersionError(ZkError):
+    """The server does not know a request (ZooKeeper's UNIMPLEMENTED): it is older than 3.6."""
+
+
 class NoNodeError(ZkError):
     pass
 
@@ -125,6 +129,7 @@ _TRANSLATIONS: Final[tuple[tuple[type[Exception], type[ZkError]], ...]] = (
     (kazoo_errors.SessionExpiredError, ZkConnectionError),
     (kazoo_errors.ConnectionClosedError, ZkConnectionError),
     (kazoo_errors.ZookeeperStoppedError, ZkConnectionError),
+    (kazoo_errors.UnimplementedError, ZkVersionError),
     (kazoo_errors.ZookeeperError, ZkError),
     (kazoo_errors.KazooException, ZkError),
 )
@@ -500,7 +505,12 @@ class AsyncZooKeeper:
         deleted, until the handle is cancelled: one persistent recursive watch (ZooKeeper
         3.6+), never set again per event. `callback(None)` means events may have been missed
         (the connection was lost, or the session): read what matters below `path` again. It
-        comes once the watch is set anew, so nothing after that read is missed."""
+        comes once the watch is set anew, so nothing after that read is missed.
+
+        The session must hold no other watch on `path` itself: ZooKeeper before 3.9 keeps one
+        watch mode per path and session (ZOOKEEPER-4466), so a children watch there and this
+        one replace each other (the one set last wins, and this one is set again after every
+        reconnect). Watches on znodes below `path` are fine."""
         handle = WatchHandle(path)
         self._kazoo.watch_tree_root(path)
         self._tree_watches.append(_TreeWatch(path.rstrip("/") + "/", handle, callback))
@@ -515,7 +525,14 @@ class AsyncZooKeeper:
         client = self._kazoo
         result = client.handler.async_result()
         client._call(AddWatch(client.rooted(path)), result)
-        await self._bridge(result, path, _identity)
+        try:
+            await self._bridge(result, path, _identity)
+        except ZkVersionError as error:
+            raise ZkVersionError(
+                f"ZooKeeper at {self.servers} does not know addWatch (persistent watches): "
+                "Riverbed needs ZooKeeper 3.6 or later",
+                path,
+            ) from error
 
     def _on_tree_event(self, path: str) -> None:  # kazoo connection thread
         self._post(self._deliver_tree_event, path)

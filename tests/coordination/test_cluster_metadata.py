@@ -14,18 +14,22 @@ import pytest
 from riverbed.configs import CONFIG_RULES
 from riverbed.coordination import layout, metadata
 from riverbed.coordination.controller_election import ControllerElection
+from riverbed.coordination.embedded_zk import EmbeddedZooKeeper
 from riverbed.coordination.layout import BrokerRegistration, PartitionState, TopicAssignment
 from riverbed.coordination.metadata import BrokerIdConflictError, ClusterMetadataStore
 from riverbed.coordination.metadata_cache import MetadataCache, MetadataChange, MetadataWatcher
-from riverbed.coordination.zk import AsyncZooKeeper, BadVersionError
+from riverbed.coordination.zk import AsyncZooKeeper, BadVersionError, ConnectionState
 from riverbed.protocol.errors import ErrorCode, KafkaError
 
 from tests.support.waiting import WAIT_S, eventually
+from tests.support.zookeeper import restart_proof_connect
 
 # Short, since a test waits for a rival's registration for two of them; not shorter: a client
 # whose server does not answer for 2/3 of it drops the connection (ConnectionLoss), and a loaded
 # machine made a 1 s session do that while a fixture created its chroot.
 SESSION_TIMEOUT_MS = 3000
+# A session that outlives a ZooKeeper server's restart (seconds on a loaded machine).
+RESTART_SESSION_TIMEOUT_MS = 30_000
 
 
 async def open_store(connect: str) -> ClusterMetadataStore:
@@ -406,6 +410,46 @@ async def test_cache_initial_load_and_updates(store: ClusterMetadataStore, zk_ch
     await cache.wait_until(lambda c: c.controller_id is None, 5000)
     await watcher.stop()
     await watcher_zk.stop()
+
+
+async def test_the_cache_follows_new_topics_and_states_after_zookeeper_restarts(
+    own_server: EmbeddedZooKeeper,
+) -> None:
+    """The watcher's session outlives ZooKeeper's restarts; afterwards a new topic, a state
+    change and a deleted topic still reach the cache. (A children watch on /brokers/topics beside
+    the persistent one lost new topics after a restart: ZooKeeper before 3.9 keeps one watch
+    mode per path and session.)"""
+    connect = restart_proof_connect(own_server, "/metadata")
+    store = await open_store(connect)
+    await store.register_broker(registration(1))
+    await store.create_topic("before", 2, 1, {}, {1})
+    cache = MetadataCache()
+    watcher_zk = AsyncZooKeeper(connect, session_timeout_ms=RESTART_SESSION_TIMEOUT_MS)
+    await watcher_zk.start()
+    watcher = MetadataWatcher(watcher_zk, cache)
+    await watcher.start()
+    assert cache.topic_names() == {"before"}
+    await store.zk.stop()
+    for _ in range(2):
+        await asyncio.to_thread(own_server.stop)
+        await eventually(lambda: watcher_zk.state is ConnectionState.SUSPENDED)
+        await asyncio.to_thread(own_server.start)
+        await watcher_zk.wait_connected(RESTART_SESSION_TIMEOUT_MS)
+    store = await open_store(connect)
+    await store.register_broker(registration(1))
+    await store.create_topic("after", 3, 1, {}, {1})
+    await cache.wait_until(lambda c: c.topic_names() == {"before", "after"}, int(WAIT_S * 1000))
+    state, version = await store.get_partition_state("before", 1)
+    await store.update_partition_state("before", 1, replace(state, leader_epoch=7), version)
+    await cache.wait_until(
+        lambda c: (p := c.partition("before", 1)) is not None and p.leader_epoch == 7,
+        int(WAIT_S * 1000),
+    )
+    await store.delete_topic("before")
+    await cache.wait_until(lambda c: c.topic_names() == {"after"}, int(WAIT_S * 1000))
+    await watcher.stop()
+    await watcher_zk.stop()
+    await store.zk.stop()
 
 
 async def test_topic_larger_than_one_transaction(

@@ -8,8 +8,7 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from riverbed.coordination import zk as zk_module
@@ -31,7 +30,7 @@ from riverbed.coordination.zk import (
 
 from tests.support.stalls import StallMeter
 from tests.support.waiting import eventually
-from tests.support.zookeeper import expire_session, new_test_server, restart_proof_connect
+from tests.support.zookeeper import expire_session, restart_proof_connect
 
 RESTART_SESSION_TIMEOUT_MS = 30_000
 # What a blocking call on the loop would cost is a connect or session timeout (seconds). A loop
@@ -181,12 +180,6 @@ async def test_connect_timeout_is_clear() -> None:
     client = AsyncZooKeeper("127.0.0.1:1/chroot", connect_timeout_ms=300)
     with pytest.raises(ZkConnectionError, match=r"127.0.0.1:1 within 300 ms"):
         await client.start()
-
-
-@pytest.fixture
-def own_server(tmp_path: Path) -> Iterator[EmbeddedZooKeeper]:
-    with new_test_server(tmp_path) as server:
-        yield server
 
 
 async def test_reconnects_after_restart_without_blocking_the_loop(
