@@ -454,9 +454,15 @@ class MetadataWatcher:
         await asyncio.gather(*self._pending, return_exceptions=True)
 
     async def _drain(self) -> None:
-        # Loading one node may schedule more (a topic schedules its partitions): loop until none.
-        while self._pending:
-            await asyncio.gather(*list(self._pending))
+        """Wait until everything is read. Loading one node may schedule more (a topic schedules
+        its partitions), and a failed read of the topics or states is retried (after a pause, or
+        once connected again): start() must not return with a topic missing, since the broker
+        would take its local logs for those of a deleted topic."""
+        while not self._stopped and (self._pending or self._stale or self._topics_changed):
+            if self._pending:
+                await asyncio.gather(*list(self._pending))
+            else:  # a retry is due
+                await asyncio.sleep(STATE_READ_RETRY_MS / 1000)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)

@@ -7,7 +7,7 @@ import logging
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 
 import pytest
@@ -18,7 +18,13 @@ from riverbed.coordination.embedded_zk import EmbeddedZooKeeper
 from riverbed.coordination.layout import BrokerRegistration, PartitionState, TopicAssignment
 from riverbed.coordination.metadata import BrokerIdConflictError, ClusterMetadataStore
 from riverbed.coordination.metadata_cache import MetadataCache, MetadataChange, MetadataWatcher
-from riverbed.coordination.zk import AsyncZooKeeper, BadVersionError, ConnectionState
+from riverbed.coordination.zk import (
+    AsyncZooKeeper,
+    BadVersionError,
+    ConnectionState,
+    NodeStat,
+    ZkConnectionError,
+)
 from riverbed.protocol.errors import ErrorCode, KafkaError
 
 from tests.support.waiting import WAIT_S, eventually
@@ -450,6 +456,37 @@ async def test_the_cache_follows_new_topics_and_states_after_zookeeper_restarts(
     await watcher.stop()
     await watcher_zk.stop()
     await store.zk.stop()
+
+
+async def test_start_returns_only_once_every_state_is_read(
+    store: ClusterMetadataStore, zk_chroot: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read of partition states that fails while the watcher starts (ZooKeeper's connection
+    dropped) is retried, and start() returns only with every topic whole: a broker takes a
+    topic missing from its cache for one deleted while it was down, and deletes its logs."""
+    await store.register_broker(registration(1))
+    await store.create_topic("whole", 4, 1, {}, {1})
+    watcher_zk = AsyncZooKeeper(zk_chroot)
+    await watcher_zk.start()
+    real_get_many = watcher_zk.get_many
+    failures: list[int] = []
+
+    async def get_many_failing_once(paths: Sequence[str]) -> list[tuple[bytes, NodeStat] | None]:
+        if not failures:
+            failures.append(len(paths))
+            raise ZkConnectionError("ConnectionLoss (injected)")
+        return await real_get_many(paths)
+
+    monkeypatch.setattr(watcher_zk, "get_many", get_many_failing_once)
+    cache = MetadataCache()
+    watcher = MetadataWatcher(watcher_zk, cache)
+    await watcher.start()
+    assert failures == [4]
+    whole = cache.topic("whole")
+    assert whole is not None
+    assert sorted(whole.partitions) == [0, 1, 2, 3]
+    await watcher.stop()
+    await watcher_zk.stop()
 
 
 async def test_topic_larger_than_one_transaction(
