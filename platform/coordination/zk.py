@@ -419,11 +419,10 @@ class AsyncZooKeeper:
             paths[start : start + MULTI_READ_PATHS_MAX]
             for start in range(0, len(paths), MULTI_READ_PATHS_MAX)
         ]
-        answers = []
-        for chunk in chunks:
-            result = client.handler.async_result()
-            client._call(MultiRead([client.rooted(path) for path in chunk]), result)
-            answers.append(self._bridge(result, chunk[0], _identity))
+        answers = [
+            self._send(MultiRead([client.rooted(path) for path in chunk]), chunk[0])
+            for chunk in chunks
+        ]
         found: list[tuple[bytes, NodeStat] | None] = []
         for chunk, outcomes in zip(chunks, await asyncio.gather(*answers), strict=True):
             for path, outcome in zip(chunk, outcomes, strict=True):
@@ -522,17 +521,22 @@ class AsyncZooKeeper:
         return handle
 
     async def _add_tree_watch(self, path: str) -> None:
-        client = self._kazoo
-        result = client.handler.async_result()
-        client._call(AddWatch(client.rooted(path)), result)
         try:
-            await self._bridge(result, path, _identity)
+            await self._send(AddWatch(self._kazoo.rooted(path)), path)
         except ZkVersionError as error:
             raise ZkVersionError(
                 f"ZooKeeper at {self.servers} does not know addWatch (persistent watches): "
                 "Riverbed needs ZooKeeper 3.6 or later",
                 path,
             ) from error
+
+    def _send(self, request: MultiRead | AddWatch, path: str) -> asyncio.Future[Any]:
+        """Send a request kazoo has no method for (riverbed.coordination.zk_wire); its answer,
+        as the bridged calls answer."""
+        client = self._kazoo
+        result = client.handler.async_result()
+        client._call(request, result)
+        return self._bridge(result, path, _identity)
 
     def _on_tree_event(self, path: str) -> None:  # kazoo connection thread
         self._post(self._deliver_tree_event, path)
