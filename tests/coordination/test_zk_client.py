@@ -398,6 +398,9 @@ async def test_a_tree_watch_sees_every_change_below_it_and_survives_reconnects(
         await asyncio.to_thread(own_server.stop)
         await eventually(lambda: zk.state is ConnectionState.SUSPENDED)
         await asyncio.to_thread(own_server.start)
+        # Reconnecting may take a whole handshake timeout (see restart_proof_connect), longer
+        # than eventually's wait; what is tested is what follows the reconnect.
+        await zk.wait_connected(RESTART_SESSION_TIMEOUT_MS)
         await eventually(lambda: None in seen)
         await zk.create("/t/after")
         await eventually(lambda: seen[-1] == "/t/after")
