@@ -197,8 +197,10 @@ class KafkaServer:
             self._connections.discard(task)
             self._readers.pop(task, None)
             writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+        # After the finally, not in it: see LeaderFetcher._run on mypyc and awaits in except or
+        # finally blocks. A cancelled connection skips this wait; its transport is closed anyway.
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
 
     def _timed(self, request_type: str, received_s: float) -> None:
         if self._response_sent is not None:

@@ -225,49 +225,54 @@ class LeaderFetcher:
         await self._disconnect()
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         while not self._stopping:
-            if self._followed and not self._throttling():
-                try:
-                    await self._session_round(await self._connect())
-                except (OSError, TimeoutError, KafkaError) as error:
-                    log.warning(
-                        "broker %d: fetching from leader %d failed: %s",
-                        self._broker_id,
-                        self.leader_id,
-                        error,
-                    )
-                    self._reset_session(close=True)
-                    await self._disconnect()
-                    await asyncio.sleep(REPLICA_FETCH_BACKOFF_MS / 1000)
-                continue
-            self._reset_session(close=True)
-            ready = [f for f in self._followed.values() if f.retry_at_s <= loop.time()]
-            if not ready:
-                await self._wait_for_change(self._followed.values())
-                continue
+            # Cleared before the round reads what it follows, never in the wait: a partition
+            # added while the round awaits the leader (an epoch bump during truncation) must
+            # end the round's wait, or it is never fetched.
+            self._changed.clear()
+            failed: Exception | None = None
             try:
-                connection = await self._connect()
-                pending = [f for f in ready if not f.truncated]
-                if pending:
-                    await self._truncate(connection, pending)
-                fetchable = [f for f in ready if f.truncated]
-                if fetchable:
-                    await self._fetch(connection, fetchable)
+                await self._round()
             except (OSError, TimeoutError, KafkaError) as error:
+                failed = error
+            # Handled after the except block, not in it: a coroutine compiled by mypyc (2.4)
+            # that awaits inside an except or finally block leaves its exception in every other
+            # task's sys.exc_info() while suspended there, and compiled code in another task
+            # raised it again (a client connection died of this fetcher's connection refusal).
+            # tests/broker/test_compiled_hot_path.py rejects such awaits in compiled modules.
+            if failed is not None:
                 log.warning(
                     "broker %d: fetching from leader %d failed: %s",
                     self._broker_id,
                     self.leader_id,
-                    error,
+                    failed,
                 )
+                self._reset_session(close=True)
                 await self._disconnect()
                 await asyncio.sleep(REPLICA_FETCH_BACKOFF_MS / 1000)
 
+    async def _round(self) -> None:
+        """One fetch: through the session, or sessionless while a followed topic is throttled."""
+        if self._followed and not self._throttling():
+            await self._session_round(await self._connect())
+            return
+        self._reset_session(close=True)
+        now = asyncio.get_running_loop().time()
+        ready = [f for f in self._followed.values() if f.retry_at_s <= now]
+        if not ready:
+            await self._wait_for_change(self._followed.values())
+            return
+        connection = await self._connect()
+        pending = [f for f in ready if not f.truncated]
+        if pending:
+            await self._truncate(connection, pending)
+        fetchable = [f for f in ready if f.truncated]
+        if fetchable:
+            await self._fetch(connection, fetchable)
+
     async def _wait_for_change(self, backing_off: Iterable[_Followed]) -> None:
-        """Wait until the followed partitions change, or the first of `backing_off` may be
-        fetched again."""
-        self._changed.clear()
+        """Wait until the followed partitions change (since this round began), or the first
+        of `backing_off` may be fetched again."""
         loop = asyncio.get_running_loop()
         wait_s = min((f.retry_at_s for f in backing_off), default=None)
         timeout_s = None if wait_s is None else max(wait_s - loop.time(), 0.0)
