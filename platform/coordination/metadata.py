@@ -482,11 +482,6 @@ class ClusterMetadataStore:
                 pass  # changed concurrently: read again and re-apply
         raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{config_path} kept changing")
 
-    async def get_partition_state(self, topic: str, partition: int) -> tuple[PartitionState, int]:
-        """The partition's state and its znode version (for update_partition_state)."""
-        state, stat = await self.read_partition_state(topic, partition)
-        return state, stat.version
-
     async def read_partition_state(
         self, topic: str, partition: int
     ) -> tuple[PartitionState, NodeStat]:
@@ -495,16 +490,27 @@ class ClusterMetadataStore:
         data, stat = await self.zk.get(path)
         return PartitionState.decode(path, data), stat
 
-    async def update_partition_state(
-        self, topic: str, partition: int, new_state: PartitionState, expected_version: int
-    ) -> int:
-        """Write the partition's state if its znode is still at `expected_version`; return the
-        new version. Raises zk.BadVersionError if someone else wrote it first (re-read, decide
-        again) and zk.NoNodeError if the topic was deleted."""
-        stat = await self.zk.set(
-            layout.partition_state_path(topic, partition), new_state.encode(), expected_version
+    async def read_partition_states(
+        self, keys: Sequence[tuple[str, int]]
+    ) -> list[tuple[PartitionState, int] | None]:
+        """The states of many partitions and their znode versions, read in multiRead batches;
+        None for a partition without a state (its topic deleted). A malformed state raises
+        MalformedZnodeError."""
+        paths = [layout.partition_state_path(topic, index) for topic, index in keys]
+        found = await self.zk.get_many(paths)
+        return [
+            None if result is None else (PartitionState.decode(path, result[0]), result[1].version)
+            for path, result in zip(paths, found, strict=True)
+        ]
+
+    async def write_leader_states(self, updates: Sequence[PartitionStateUpdate]) -> list[int]:
+        """A leader's ISR changes of several partitions in one transaction, each conditional on
+        its znode's version; the new versions, in order. On failure nothing is written:
+        zk.BadVersionError / zk.NoNodeError name the znode that changed or went away."""
+        results = await self.zk.transaction(
+            [SetOp(u.path, u.state.encode(), u.expected_version) for u in updates]
         )
-        return stat.version
+        return [_stat_of(result).version for result in results]
 
     async def write_partition_states(
         self,
@@ -533,12 +539,7 @@ class ClusterMetadataStore:
                     "another controller was elected"
                 ) from error
             raise
-        versions = []
-        for result in results[1 : 1 + len(updates)]:
-            if not isinstance(result, NodeStat):
-                raise TypeError(f"a SetOp yields a NodeStat, got {result!r}")
-            versions.append(result.version)
-        return versions
+        return [_stat_of(result).version for result in results[1 : 1 + len(updates)]]
 
     async def _partition_children(self, name: str) -> list[int] | None:
         """The partition numbers under the topic, None without a `partitions` znode."""
@@ -547,6 +548,12 @@ class ClusterMetadataStore:
         except NoNodeError:
             return None
         return sorted(int(child) for child in children if child.isdigit())
+
+
+def _stat_of(result: object) -> NodeStat:
+    if not isinstance(result, NodeStat):
+        raise TypeError(f"a SetOp yields a NodeStat, got {result!r}")
+    return result
 
 
 def _unknown_topic(name: str) -> KafkaError:

@@ -20,6 +20,7 @@ from riverbed.protocol.connection import NEED_DATA, ClientConnection, ResponseRe
 from riverbed.protocol.errors import ErrorCode
 
 from tests.support.broker import HOST, BrokerProcess
+from tests.support.partition_states import get_partition_state, update_partition_state
 
 TOPIC = "epochs"
 TIMEOUT_S = 30
@@ -86,7 +87,7 @@ async def bump_leader_epoch(broker: BrokerProcess) -> int:
     until the broker leads at it. Returns the new epoch."""
     async with AsyncZooKeeper(broker.zk_connect) as zk:
         store = ClusterMetadataStore(zk, CONFIG_RULES)
-        state, version = await store.get_partition_state(TOPIC, 0)
+        state, version = await get_partition_state(store, TOPIC, 0)
         epoch = state.leader_epoch + 1
         new_state = type(state)(
             leader=state.leader,
@@ -94,7 +95,7 @@ async def bump_leader_epoch(broker: BrokerProcess) -> int:
             isr=state.isr,
             controller_epoch=state.controller_epoch,
         )
-        await store.update_partition_state(TOPIC, 0, new_state, version)
+        await update_partition_state(store, TOPIC, 0, new_state, version)
     deadline = time.monotonic() + TIMEOUT_S
     while (await end_offset(broker, request(epoch, current_leader_epoch=epoch), 4)).error_code:
         assert time.monotonic() < deadline, f"the broker never led at epoch {epoch}"

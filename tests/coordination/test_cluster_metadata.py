@@ -27,6 +27,7 @@ from riverbed.coordination.zk import (
 )
 from riverbed.protocol.errors import ErrorCode, KafkaError
 
+from tests.support.partition_states import get_partition_state, update_partition_state
 from tests.support.waiting import WAIT_S, eventually
 from tests.support.zookeeper import restart_proof_connect
 
@@ -125,7 +126,7 @@ async def test_create_and_delete_topic(store: ClusterMetadataStore) -> None:
     assert assignment.topic_id == topic_id
     assert Counter(replicas[0] for replicas in assignment.partitions.values()) == {1: 2, 2: 2, 3: 2}
     for partition, replicas in assignment.partitions.items():
-        state, version = await store.get_partition_state("orders", partition)
+        state, version = await get_partition_state(store, "orders", partition)
         assert state == PartitionState(replicas[0], 0, replicas, 0)
         assert version == 0
     config, _ = await store.zk.get(layout.topic_config_path("orders"))
@@ -171,12 +172,12 @@ async def test_duplicate_topic_and_conditional_state_update(store: ClusterMetada
         await store.create_topic("t", 3, 1, {}, {1})
     assert caught.value.code is ErrorCode.TOPIC_ALREADY_EXISTS
 
-    state, version = await store.get_partition_state("t", 0)
+    state, version = await get_partition_state(store, "t", 0)
     moved = PartitionState(-1, state.leader_epoch + 1, (), 1)
-    assert await store.update_partition_state("t", 0, moved, version) == version + 1
+    assert await update_partition_state(store, "t", 0, moved, version) == version + 1
     with pytest.raises(BadVersionError):
-        await store.update_partition_state("t", 0, state, version)
-    assert (await store.get_partition_state("t", 0))[0] == moved
+        await update_partition_state(store, "t", 0, state, version)
+    assert (await get_partition_state(store, "t", 0))[0] == moved
 
     await store.set_topic_config("t", {"cleanup.policy": "compact"})
     with pytest.raises(KafkaError) as unknown:
@@ -200,7 +201,7 @@ async def test_add_partitions(store: ClusterMetadataStore) -> None:
     assert assignment.partitions == {**existing, **added}
     for partition, replicas in added.items():
         assert len(set(replicas)) == 2
-        state, version = await store.get_partition_state("grow", partition)
+        state, version = await get_partition_state(store, "grow", partition)
         assert (state, version) == (PartitionState(replicas[0], 0, replicas, 0), 0)
     children = await store.zk.get_children(layout.partitions_path("grow"))
     assert sorted(int(child) for child in children) == list(range(7))
@@ -212,7 +213,7 @@ async def test_add_partitions(store: ClusterMetadataStore) -> None:
     assert await store.zk.exists(layout.partition_path("grow", 7)) is None
     # Given replicas, as given.
     assert await store.add_partitions("grow", 8, {1, 2, 3}, [[3, 1]]) == {7: (3, 1)}
-    assert (await store.get_partition_state("grow", 7))[0] == PartitionState(3, 0, (3, 1), 0)
+    assert (await get_partition_state(store, "grow", 7))[0] == PartitionState(3, 0, (3, 1), 0)
 
 
 async def test_the_most_partitions_added_at_once_fit_one_transaction(
@@ -389,9 +390,9 @@ async def test_cache_initial_load_and_updates(store: ClusterMetadataStore, zk_ch
     assert second.topic_id == second_id
     assert len(second.partitions) == 3
 
-    state, version = await store.get_partition_state("second", 0)
-    await store.update_partition_state(
-        "second", 0, PartitionState(state.isr[-1], 1, state.isr, 0), version
+    state, version = await get_partition_state(store, "second", 0)
+    await update_partition_state(
+        store, "second", 0, PartitionState(state.isr[-1], 1, state.isr, 0), version
     )
     await cache.wait_until(
         lambda c: (p := c.partition("second", 0)) is not None and p.leader_epoch == 1, 5000
@@ -445,8 +446,8 @@ async def test_the_cache_follows_new_topics_and_states_after_zookeeper_restarts(
     await store.register_broker(registration(1))
     await store.create_topic("after", 3, 1, {}, {1})
     await cache.wait_until(lambda c: c.topic_names() == {"before", "after"}, int(WAIT_S * 1000))
-    state, version = await store.get_partition_state("before", 1)
-    await store.update_partition_state("before", 1, replace(state, leader_epoch=7), version)
+    state, version = await get_partition_state(store, "before", 1)
+    await update_partition_state(store, "before", 1, replace(state, leader_epoch=7), version)
     await cache.wait_until(
         lambda c: (p := c.partition("before", 1)) is not None and p.leader_epoch == 7,
         int(WAIT_S * 1000),
@@ -527,7 +528,7 @@ async def test_topic_larger_than_one_transaction(
 
         state = topic.partitions[7]
         moved = PartitionState(state.replicas[1], 1, (state.replicas[1],), 0)
-        await store.update_partition_state(name, 7, moved, state.state_version)
+        await update_partition_state(store, name, 7, moved, state.state_version)
         await cache.wait_until(lambda c: c.partition(name, 7) != state, 5000)
         assert changes[-1].partitions_changed == {(name, 7)}
         assert cache.partition(name, 7) == replace(

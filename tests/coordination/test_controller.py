@@ -29,6 +29,7 @@ from riverbed.coordination.zk import AsyncZooKeeper, CreateOp, DeleteOp
 from riverbed.hot.replication.inter_broker import InterBrokerDialer
 from riverbed.protocol.errors import ErrorCode, KafkaError
 
+from tests.support.partition_states import get_partition_state, update_partition_state
 from tests.support.zookeeper import expire_session
 
 # No test here waits for a session to time out (sessions end by closing or expire_session), so
@@ -157,7 +158,7 @@ async def create_topic(
     await store.create_topic(name, partitions, len(brokers), {}, brokers)
     assignment = {}
     for index in range(partitions):
-        state, _ = await store.get_partition_state(name, index)
+        state, _ = await get_partition_state(store, name, index)
         assignment[index] = state.isr  # a new topic's ISR is its replicas, in order
     return assignment
 
@@ -167,8 +168,9 @@ async def set_state(
 ) -> None:
     """A leader's conditional ISR write (also used to set up who leads a new partition)."""
     store = await cluster.store()
-    state, version = await store.get_partition_state(topic, partition)
-    await store.update_partition_state(
+    state, version = await get_partition_state(store, topic, partition)
+    await update_partition_state(
+        store,
         topic,
         partition,
         PartitionState(leader, state.leader_epoch, isr, state.controller_epoch),
@@ -178,7 +180,7 @@ async def set_state(
 
 async def state_of(cluster: Cluster, topic: str, partition: int = 0) -> PartitionState:
     store = await cluster.store()
-    state, _ = await store.get_partition_state(topic, partition)
+    state, _ = await get_partition_state(store, topic, partition)
     return state
 
 
@@ -294,7 +296,7 @@ async def test_stale_controller_writes_nothing(cluster: Cluster) -> None:
 
         await cluster.kill(2)
         await eventually(lambda: not controller.active, "the stale controller stands down")
-        state, version = await rival.get_partition_state("t", 0)
+        state, version = await get_partition_state(rival, "t", 0)
         assert (state.leader, state.leader_epoch, version) == (2, 0, 1)  # untouched
         with pytest.raises(KafkaError) as refused:
             await controller.controlled_shutdown(3)
@@ -323,7 +325,7 @@ async def test_conflicting_leader_isr_write_is_kept(cluster: Cluster) -> None:
     await node.watcher.start()
     assert await asyncio.wait_for(shutdown, WAIT_S) == []
     assert (state.leader, state.isr, state.leader_epoch) == (2, (2,), 1)
-    _, version = await (await cluster.store()).get_partition_state("t", 0)
+    _, version = await get_partition_state(await cluster.store(), "t", 0)
     assert version == 3  # the leader's write, then exactly one controller write
 
 
@@ -353,7 +355,7 @@ async def test_a_conflict_in_one_of_several_transactions_in_flight(cluster: Clus
 
     store = await cluster.store()
     for index, replicas in assignment.items():
-        state, version = await store.get_partition_state("t", index)
+        state, version = await get_partition_state(store, "t", index)
         assert 4 not in state.isr, (index, state)
         assert state.leader != 4, (index, state)
         assert state.leader_epoch == 1, (index, state)  # one controller write each
