@@ -99,3 +99,49 @@ async def test_isr_changes_of_many_partitions_are_written_in_a_few_transactions(
     finally:
         await manager.stop()
         logs.close()
+
+
+async def test_the_writer_outlives_an_unexpected_error_and_the_change_is_written_later(
+    store: ClusterMetadataStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One writer task writes every change: an error nobody expected (a bug) costs that batch
+    until the next check, never the writer, or every later ISR change would wait forever."""
+    topic_id = await store.create_topic(TOPIC, 1, 2, {}, {BROKER_ID, FOLLOWER_ID})
+    failures: list[Sequence[tuple[str, int]]] = []
+    real_read = store.read_partition_states
+
+    async def failing_once(
+        keys: Sequence[tuple[str, int]],
+    ) -> list[tuple[PartitionState, int] | None]:
+        if not failures:
+            failures.append(keys)
+            raise RuntimeError("a bug in the read")
+        return await real_read(keys)
+
+    monkeypatch.setattr(store, "read_partition_states", failing_once)
+    logs = LogManager(tmp_path, LogConfig())
+    partitions = PartitionManager(logs, BROKER_ID)
+    manager = IsrManager(
+        store,
+        partitions,
+        broker_id=BROKER_ID,
+        lag_max_ms=LAG_MAX_MS,
+        shrinks=Counter("test_isr_shrinks_2", "", registry=None),
+        expands=Counter("test_isr_expands_2", "", registry=None),
+    )
+    try:
+        state, _ = await get_partition_state(store, TOPIC, 0)
+        partition = partitions.ensure(TOPIC, 0, LogConfig(), topic_id)
+        replicas = (state.leader, FOLLOWER_ID if state.leader == BROKER_ID else BROKER_ID)
+        monkeypatch.setattr(manager, "_broker_id", state.leader)
+        partition.broker_id = state.leader
+        partition.become_leader(0, replicas, frozenset(replicas), 0, now_ms=0)
+        await manager.start()
+        manager.check(partition)
+        await eventually(lambda: bool(failures) and partition.pending_isr is None)
+        assert partition.isr == frozenset(replicas)  # not written
+        manager.check(partition)  # the next periodic check
+        await eventually(lambda: partition.isr == {state.leader})
+    finally:
+        await manager.stop()
+        logs.close()

@@ -117,6 +117,11 @@ class IsrManager:
                         error,
                     )
                     requeued = []
+                except Exception:
+                    # A bug here must not end the one writer: every later ISR change would wait
+                    # forever, silently. This batch is decided anew at the next check.
+                    log.exception("%d ISR changes not written", len(batch))
+                    requeued = []
                 again = {(partition.topic, partition.index) for partition, _ in requeued}
                 for partition, _ in batch:
                     if (partition.topic, partition.index) not in again:
