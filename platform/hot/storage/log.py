@@ -606,7 +606,7 @@ class PartitionLog:
         if start == self._segments[0].base_offset:
             return start  # a segment starts with a batch: no lookup on every follower fetch
         found = self._segments[self._segment_slot(start)].find_batch(start)
-        return start if found is None else min(found[1].base_offset, start)
+        return start if found is None else min(found.base_offset, start)
 
     def read(
         self,
@@ -640,8 +640,8 @@ class PartitionLog:
             found = segment.find_batch(fetch_offset)
             if found is None:
                 continue
-            start, header = found
-            if header.last_offset >= max_offset:
+            start = found.position
+            if found.last_offset >= max_offset:
                 return None
             limit = self._end_position(slot, max_offset)
             end = limit
@@ -650,9 +650,9 @@ class PartitionLog:
             if end == start:
                 if not min_one_batch:
                     return None
-                end = start + header.size_bytes
+                end = start + found.size_bytes
             region = FileRegion(os.dup(segment.fd), start, end - start)
-            return ReadResult(region, header.base_offset, self._offset_at(slot, end))
+            return ReadResult(region, found.base_offset, self._offset_at(slot, end))
         return None
 
     def batch_headers(self, start_offset: int) -> Iterator[BatchHeader]:
@@ -662,7 +662,7 @@ class PartitionLog:
         for slot in range(self._segment_slot(start_offset), len(self._segments)):
             found = self._segments[slot].find_batch(start_offset)
             if found is not None:
-                for _, header in self._segments[slot].scan(found[0]):
+                for _, header in self._segments[slot].scan(found.position):
                     yield header
 
     def _offset_at(self, slot: int, position: int) -> int:
@@ -691,7 +691,7 @@ class PartitionLog:
         if cached is not None and cached[0] == max_offset and cached[1] is segment:
             return cached[2]
         found = segment.find_batch(max_offset)
-        position = segment.size if found is None else found[0]
+        position = segment.size if found is None else found.position
         if max_offset == self._high_watermark:
             self._hw_position = (max_offset, segment, position)
         return position
@@ -710,7 +710,7 @@ class PartitionLog:
             found = segment.find_batch(start_offset)
             if found is None:
                 continue
-            for position, header in segment.scan(found[0]):
+            for position, header in segment.scan(found.position):
                 if header.max_timestamp >= target_ms:
                     record = _first_record(
                         self.tp,
@@ -736,7 +736,8 @@ class PartitionLog:
         found = segment.find_batch(offset)
         if found is None:
             return None
-        position, header = found
+        position = found.position
+        header = segment.read_header(position)
         record = _first_record(
             self.tp,
             segment.read_batch(position, header),
@@ -762,9 +763,9 @@ class PartitionLog:
             found = segment.find_batch(offset)
             if found is None:
                 continue  # nothing at or after `offset` in this segment (a cut tail)
-            position, header = found
+            position = found.position
             return SealedBatches(
-                header.base_offset,
+                found.base_offset,
                 next_base - 1,
                 os.dup(segment.fd),
                 position,

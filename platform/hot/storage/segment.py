@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from riverbed.common.fileio import pread_exact, write_all
 from riverbed.hot.storage.index import (
@@ -42,9 +43,19 @@ DELETED_SUFFIX = ".deleted"
 NO_TIMESTAMP = -1
 # Recovery writes rebuilt index entries in chunks of this many batches (bounds its memory).
 RECOVERY_CHUNK_BATCHES = 1024
-# Batches whose positions an active segment remembers (see `find_batch`): a follower or a
+# Batches whose spans an active segment remembers (see `find_batch`): a follower or a
 # consumer at the tail asks for one of the last few; 8 entries are ~1 KiB per partition.
 RECENT_BATCHES_MAX = 8
+
+
+class BatchSpan(NamedTuple):
+    """Where a batch lies in its segment and the offsets it holds: what a read needs to find
+    it (its other header fields are one `read_header` away)."""
+
+    position: int
+    base_offset: int
+    last_offset: int
+    size_bytes: int
 
 
 def segment_file(directory: Path, base_offset: int, suffix: str) -> Path:
@@ -103,10 +114,11 @@ class LogSegment:
         # The broker time the segment.ms clock of this segment started at (None while empty).
         self.roll_base_ms: int | None = None
         self._indexes_checked = self.size == 0 and not self._indexes_missing
-        # (base offset, last offset, position) of the batches appended last, oldest first:
-        # fetches mostly ask for the tail, and finding a batch there otherwise preads every
-        # header from the last index entry on (up to index.interval.bytes of small batches).
-        self._recent: deque[tuple[int, int, int]] = deque(maxlen=RECENT_BATCHES_MAX)
+        # The batches appended last, oldest first: fetches mostly ask for the tail, and finding
+        # a batch there otherwise preads every header from the last index entry on (up to
+        # index.interval.bytes of small batches). A span found here costs no read at all: at
+        # 4,000 partitions the header pread of each follower fetch was ~7% of a leader's CPU.
+        self._recent: deque[BatchSpan] = deque(maxlen=RECENT_BATCHES_MAX)
         self._bytes_since_index_entry = 0
         self._max_timestamp: Row | None = None
 
@@ -154,22 +166,21 @@ class LogSegment:
             yield position, header
             position += header.size_bytes
 
-    def find_batch(self, offset: int) -> tuple[int, BatchHeader] | None:
+    def find_batch(self, offset: int) -> BatchSpan | None:
         """The first batch whose last offset is >= `offset`: among the recent appends if it
         is one of them, else index lookup, then a short scan."""
         recent = self._recent
         # From the first recent batch's base offset on, the batch before it cannot qualify.
-        if recent and offset >= recent[0][0]:
-            slot = bisect.bisect_left(recent, offset, key=lambda entry: entry[1])
-            if slot == len(recent):
-                return None  # past the last batch
-            position = recent[slot][2]
-            return position, self.read_header(position)
+        if recent and offset >= recent[0].base_offset:
+            slot = bisect.bisect_left(recent, offset, key=lambda span: span.last_offset)
+            return None if slot == len(recent) else recent[slot]  # None: past the last batch
         self.check_indexes()
-        _, position = self.offset_index.lookup(offset)
-        for found in self.scan(position):
-            if found[1].last_offset >= offset:
-                return found
+        _, indexed_position = self.offset_index.lookup(offset)
+        for position, header in self.scan(indexed_position):
+            if header.last_offset >= offset:
+                return BatchSpan(
+                    position, header.base_offset, header.last_offset, header.size_bytes
+                )
         return None
 
     def time_index_lookup(self, timestamp_ms: int) -> int:
@@ -232,8 +243,11 @@ class LogSegment:
         self._apply(plan, headers[-1].last_offset + 1)
         batch_position = position
         for header in headers:
-            self._recent.append((header.base_offset, header.last_offset, batch_position))
-            batch_position += header.size_bytes
+            size_bytes = header.size_bytes
+            self._recent.append(
+                BatchSpan(batch_position, header.base_offset, header.last_offset, size_bytes)
+            )
+            batch_position += size_bytes
         return position
 
     def _plan_indexes(self, headers: list[BatchHeader], position: int) -> _IndexPlan:
@@ -387,9 +401,9 @@ class LogSegment:
         found = self.find_batch(offset)
         removed_bytes = 0
         if found is not None:
-            position, header = found
-            self.offset_index.truncate_from(header.base_offset)
-            self.time_index.truncate_from(header.base_offset)
+            position = found.position
+            self.offset_index.truncate_from(found.base_offset)
+            self.time_index.truncate_from(found.base_offset)
             removed_bytes = self.size - position
             os.ftruncate(self._fd, position)
             self.size = position
