@@ -67,6 +67,7 @@ HOT_PATH_MODULES = [
     "broker/network/response_queue.py",
     "hot/storage/segment.py",
     "broker/network/server.py",
+    "broker/fetch_sessions.py",
 ]
 MYPYC_SOURCE_TREE = Path("build") / "mypyc-source"
 
