@@ -44,7 +44,7 @@ NO_TIMESTAMP = -1
 # Recovery writes rebuilt index entries in chunks of this many batches (bounds its memory).
 RECOVERY_CHUNK_BATCHES = 1024
 # Batches whose spans an active segment remembers (see `find_batch`): a follower or a
-# consumer at the tail asks for one of the last few; 8 entries are ~1 KiB per partition.
+# consumer at the tail asks for one of the last few; 8 spans are ~1.5 KiB per partition.
 RECENT_BATCHES_MAX = 8
 
 
