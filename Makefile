@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMPS := .stamps
 SOURCES := $(shell find platform spark -type f \( -name '*.py' -o -name '*.pyx' -o -name '*.pyi' -o -name '*.spec' -o -name 'py.typed' -o -name '*.java' \) 2>/dev/null) pyproject.toml setup.py
 
-.PHONY: run test test-fast lint typecheck layers codegen bench fuzz clean setup setup-test
+.PHONY: run test test-fast lint typecheck layers codegen bench fuzz chaos clean setup setup-test
 
 run: setup
 	$(VENV)/bin/riverbed cluster up --brokers 3 --data-dir ./.riverbed --demo-topic demo
@@ -66,6 +66,17 @@ fuzz: setup $(STAMPS)/fuzz-deps
 		$(PY) -m tools.fuzz $$target --seconds $(FUZZ_SECONDS) || exit 1; \
 	done
 
+# Long randomised fault runs (tests/faults/chaos.py, docs/faults.md): CHAOS_SCHEDULES schedules of
+# mixed faults on one cluster in network namespaces, within CHAOS_BUDGET_S; CHAOS_SEED replays a
+# run. Not part of `make test`, which runs the fixed scenarios.
+CHAOS_SEED ?= $(shell date +%s)
+CHAOS_SCHEDULES ?= 100
+CHAOS_BUDGET_S ?= 2400
+
+chaos: setup-test
+	$(PY) -m tests.faults.chaos --seed $(CHAOS_SEED) --schedules $(CHAOS_SCHEDULES) \
+		--budget-s $(CHAOS_BUDGET_S)
+
 setup: $(STAMPS)/debian-run $(STAMPS)/installed
 setup-test: setup $(STAMPS)/debian-test $(STAMPS)/test-deps $(STAMPS)/installed $(STAMPS)/checkov
 
@@ -81,11 +92,13 @@ $(STAMPS)/debian-run: Makefile
 	fi
 	@touch $@
 
-# Tools the tests and benchmarks drive: kcat (librdkafka), redis-server (benchmark baseline) and
-# strace (proves fetches use sendfile).
+# Tools the tests and benchmarks drive: kcat (librdkafka), redis-server (benchmark baseline),
+# strace (proves fetches use sendfile), and for the fault harness (tests/faults, docs/faults.md)
+# iproute2 and nftables (network namespaces, cut and slowed links) and e2fsprogs (a failing ext4).
+DEBIAN_TEST_PACKAGES := kcat redis-server redis-tools strace iproute2 nftables e2fsprogs
 $(STAMPS)/debian-test: $(STAMPS)/debian-run
-	@if ! dpkg -s kcat redis-server redis-tools strace >/dev/null 2>&1; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat redis-server redis-tools strace; \
+	@if ! dpkg -s $(DEBIAN_TEST_PACKAGES) >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBIAN_TEST_PACKAGES); \
 	fi
 	@touch $@
 

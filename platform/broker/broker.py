@@ -7,6 +7,11 @@ groups) and only then bind the listener — so a client that can connect gets co
 The logs load on a worker thread while the ZooKeeper session opens and the metadata is read
 (neither touches a log), and the broker registers only once they are loaded. Shutdown runs the
 other way round and ends with a clean-shutdown marker.
+
+A failed data directory (a log in it went offline: a failed fsync, an append that could not be
+undone) stops the broker as Kafka's last failed log dir does: one CRITICAL event, the ZooKeeper
+session closed so that the controller moves the leaderships at once, then an immediate exit
+with LOG_DIR_FAILURE_EXIT_CODE and no clean-shutdown marker (`_halt_after_log_dir_failure`).
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
 import ssl
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from riverbed.broker.controlled_shutdown import request_controlled_shutdown
@@ -29,6 +35,7 @@ from riverbed.broker.metrics_server import MetricsServer
 from riverbed.broker.metrics_state import BrokerStateCollector
 from riverbed.broker.network.server import AuthenticatorFactory, KafkaServer, ServerLimits
 from riverbed.broker.partition_roles import PartitionRoles, log_config
+from riverbed.broker.stray_logs import StrayLogs
 from riverbed.common.log_events import event
 from riverbed.configs import (
     CONFIG_RULES,
@@ -56,6 +63,7 @@ from riverbed.hot.storage.cleaner import CleanerSettings, LogCleaner
 from riverbed.hot.storage.data_dir import check_data_dir_identity
 from riverbed.hot.storage.log_manager import LogManager
 from riverbed.hot.storage.retention import apply_retention
+from riverbed.protocol.errors import KafkaError
 from riverbed.security.acl_cache import AclCache
 from riverbed.security.acl_store import AclStore
 from riverbed.security.authorizer import Authorizer
@@ -77,6 +85,14 @@ CHECKPOINT_INTERVAL_S = 5.0
 FLUSH_CHECK_INTERVAL_S = 1.0
 # How long startup waits for the metadata cache to show this broker's own registration.
 REGISTRATION_WAIT_MS = 10_000
+# The exit status of a broker whose data dir failed. Kafka halts with 1, which `riverbed` also
+# uses for every user error; sysexits.h's EX_IOERR ("an error occurred while doing I/O on some
+# file") tells a supervisor or an operator that the disk, not the config, stopped this broker.
+LOG_DIR_FAILURE_EXIT_CODE = os.EX_IOERR
+# How long a broker whose data dir failed waits for ZooKeeper to close its session before it
+# exits anyway. Closing is one round trip; a ZooKeeper that does not answer expires the session
+# itself after zookeeper.session.timeout.ms, so waiting longer would only delay the exit.
+SESSION_CLOSE_TIMEOUT_S = 5.0
 
 
 class Broker:
@@ -118,6 +134,8 @@ class Broker:
         self._ctx: BrokerContext | None = None
         self._metrics_server: MetricsServer | None = None
         self._exit_stack = contextlib.AsyncExitStack()
+        # Closes the ZooKeeper session and exits, once the data dir failed.
+        self._log_dir_failure_task: asyncio.Task[None] | None = None
 
     @property
     def port(self) -> int:
@@ -143,7 +161,9 @@ class Broker:
         # Recovery must finish before anything is served; meanwhile ZooKeeper is read.
         defaults = log_config(self.config, {})
         self._logs_loading = asyncio.ensure_future(
-            asyncio.to_thread(LogManager, data_dir, defaults)
+            asyncio.to_thread(
+                LogManager, data_dir, defaults, on_dir_failure=self._log_dir_failure_channel()
+            )
         )
         stack.push_async_callback(self._close_logs)
         await self._zk.start()
@@ -215,15 +235,21 @@ class Broker:
         await self._election.start()
         stack.push_async_callback(self._election.stop)
         await self._cache_caught_up()
+        strays = StrayLogs(
+            self._store, self._log_manager, partitions, config.broker_id, self._apply_all
+        )
         self._roles = PartitionRoles(
             self.config,
             self._cache,
             self._require_ctx(),
             self._fetchers,
             self._log_manager,
+            strays,
             lambda: self._broker_epoch,
         )
         self._roles.apply_all()
+        strays.start()
+        stack.push_async_callback(strays.stop)
         await isr_manager.start()
         for server in self._servers:
             await server.start()
@@ -283,6 +309,61 @@ class Broker:
             await self._ctx.groups.close()
         await self._exit_stack.aclose()
         event(log, logging.INFO, "broker.stopped", broker=self.config.broker_id)
+
+    def _log_dir_failure_channel(self) -> Callable[[Path, str], None]:
+        """What the log manager calls when the data dir failed: logs go offline on the loop
+        (appends, flushes) and on the log manager's flush thread (sealed segments' fsyncs), so
+        the report hops to the loop."""
+        loop = asyncio.get_running_loop()
+
+        def report(log_dir: Path, reason: str) -> None:
+            loop.call_soon_threadsafe(self._on_log_dir_failure, log_dir, reason)
+
+        return report
+
+    def _on_log_dir_failure(self, log_dir: Path, reason: str) -> None:
+        """The data dir failed: with no other dir to serve from, the broker must stop (Kafka's
+        LogManager halts once its last live log dir failed). Once, however often reported."""
+        if self._log_dir_failure_task is not None:
+            return
+        event(
+            log,
+            logging.CRITICAL,
+            "broker.log_dir_failed",
+            broker=self.config.broker_id,
+            log_dir=str(log_dir),
+            reason=reason,
+        )
+        self._log_dir_failure_task = asyncio.create_task(
+            self._halt_after_log_dir_failure(), name="log dir failure"
+        )
+
+    async def _halt_after_log_dir_failure(self) -> None:
+        """Close the ZooKeeper session (bounded by SESSION_CLOSE_TIMEOUT_S), then exit the
+        process at once with LOG_DIR_FAILURE_EXIT_CODE.
+
+        The session goes first because it carries the registration: its ephemeral znode is
+        deleted with it, and the controller moves this broker's leaderships now instead of
+        after zookeeper.session.timeout.ms, which is what a crash would cost.
+
+        os._exit, not a fast `stop()` (Kafka's Exit.halt, for the same reasons): every step of
+        a stop touches the failed disk or waits on something that does. Closing the logs
+        flushes, checkpoints and writes the clean-shutdown marker, which must not exist (the
+        next start must recover from the recovery points, as after a crash); controlled shutdown
+        waits for the controller while producers keep getting KAFKA_STORAGE_ERROR; the flush
+        thread may hang in an fsync of a dying disk, and the interpreter joins it at exit.
+        Nothing this process holds needs a goodbye: the kernel closes its sockets (clients and
+        followers see a crashed broker) and releases the data dir's lock. Runs even if the
+        task is cancelled (a SIGTERM stop finishing meanwhile): the exit status must say why.
+        """
+        try:
+            async with asyncio.timeout(SESSION_CLOSE_TIMEOUT_S):
+                await self._zk.stop()
+        except Exception as error:  # a timeout included: the session then expires by itself
+            log.error("closing the ZooKeeper session after the data dir failed: %r", error)
+        finally:
+            logging.shutdown()  # flush every handler: os._exit skips the interpreter's exit
+            os._exit(LOG_DIR_FAILURE_EXIT_CODE)
 
     async def _start_acls(self) -> AclStore:
         """The ACL cache, loaded before anything is served (so no request is decided on an
@@ -432,6 +513,12 @@ class Broker:
                 REGISTRATION_WAIT_MS,
             )
 
+    def _apply_all(self) -> None:
+        """A whole metadata pass: after stray logs were deleted, a topic created again under
+        their name can be hosted."""
+        if self._roles is not None:
+            self._roles.apply_all()
+
     def _on_metadata_change(self, change: MetadataChange) -> None:
         # Roles are judged against this incarnation's registration: none before it is known.
         if self._roles is not None:
@@ -441,8 +528,13 @@ class Broker:
         assert self._log_manager is not None
         while True:
             await asyncio.sleep(CHECKPOINT_INTERVAL_S)
-            # Only the checkpoint methods are safe off the loop (they only read offsets).
-            await asyncio.to_thread(self._log_manager.checkpoint)
+            try:
+                # Only the checkpoint methods are safe off the loop (they only read offsets).
+                await asyncio.to_thread(self._log_manager.checkpoint)
+            except OSError as error:
+                # The files are replaced atomically: the previous checkpoints stay valid (lower
+                # bounds), so a full disk must not end checkpointing for good.
+                log.error("writing the checkpoints in %s failed: %s", self.config.log_dir, error)
             # Bound the idempotence state: producers idle for producer.id.expiration.ms go.
             now_ms = self._require_ctx().now_ms()
             for partition in self._require_ctx().partitions:
@@ -453,7 +545,13 @@ class Broker:
         while True:
             await asyncio.sleep(FLUSH_CHECK_INTERVAL_S)
             for partition in ctx.partitions:
-                partition.log.flush_if_due()
+                try:
+                    partition.log.flush_if_due()
+                except KafkaError as error:
+                    # One log's failure must not end flushing for the others. An offline log
+                    # reported itself (the broker stops); a leader epoch checkpoint that a full
+                    # disk refused is tried again at the next check.
+                    log.error("%s: flush failed: %s", partition.log, error)
 
     async def _retention_loop(self) -> None:
         """Deletion retention on the hot tier, every log.retention.check.interval.ms."""

@@ -13,11 +13,13 @@ deletes logs that a topic deleted while this broker was down left on disk.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from riverbed.broker.handlers.context import BrokerContext
+from riverbed.broker.stray_logs import StrayLogs
 from riverbed.common.log_events import event
 from riverbed.configs import BrokerConfig, effective_topic_config, topic_config
 from riverbed.coordination.layout import NO_LEADER
@@ -32,6 +34,7 @@ from riverbed.hot.replication.partitions import Partition
 from riverbed.hot.replication.replica_fetcher import ReplicaFetcherManager
 from riverbed.hot.storage.log import LogConfig
 from riverbed.hot.storage.log_manager import LogManager
+from riverbed.hot.storage.partition_metadata import ForeignLogError, PartitionMetadataError
 from riverbed.protocol.errors import KafkaError
 
 log = logging.getLogger(__name__)
@@ -65,6 +68,7 @@ class PartitionRoles:
         ctx: BrokerContext,
         fetchers: ReplicaFetcherManager,
         log_manager: LogManager,
+        strays: StrayLogs,
         broker_epoch: Callable[[], int],
     ) -> None:
         self._config = config
@@ -73,6 +77,7 @@ class PartitionRoles:
         self._ctx = ctx
         self._fetchers = fetchers
         self._log_manager = log_manager
+        self._strays = strays
         self._broker_epoch = broker_epoch  # changes when the broker registers again
 
     def on_change(self, change: MetadataChange) -> None:
@@ -118,9 +123,13 @@ class PartitionRoles:
                     self._host(metadata, index, state, setup)
         for topic, index in ctx.partitions.hosted() - wanted:
             self._drop(topic, index)
-        for topic, index in set(self._log_manager.partitions()) - wanted:
-            # Left on disk by a topic deleted while this broker was down.
-            self._log_manager.delete(topic, index)
+        for topic, index in set(self._log_manager.partitions()) - wanted - ctx.partitions.hosted():
+            # Left on disk by a topic deleted, or a replica moved away, while this broker was
+            # down (or stray since an earlier pass).
+            if self._same_topic(topic, self._stored_topic_id(topic, index)):
+                self._log_manager.delete(topic, index)
+            else:
+                self._strays.note(topic, index)
         self._applied()
 
     def _setup(self, metadata: TopicMetadata) -> _TopicSetup:
@@ -135,7 +144,16 @@ class PartitionRoles:
         self, metadata: TopicMetadata, index: int, state: PartitionMetadata, setup: _TopicSetup
     ) -> None:
         ctx = self._ctx
-        partition = ctx.partitions.ensure(metadata.name, index, setup.log_config, metadata.topic_id)
+        hosted = ctx.partitions.get(metadata.name, index)
+        if hosted is not None and hosted.topic_id != metadata.topic_id:
+            self._release(hosted, delete_data=False)  # the topic was deleted and created again
+        try:
+            partition = ctx.partitions.ensure(
+                metadata.name, index, setup.log_config, metadata.topic_id
+            )
+        except ForeignLogError:
+            self._strays.note(metadata.name, index)
+            return
         partition.log_append_time = setup.log_append_time
         partition.min_insync_replicas = setup.min_insync_replicas
         try:
@@ -145,13 +163,32 @@ class PartitionRoles:
         ctx.groups.on_partition_role(partition)
 
     def _drop(self, topic: str, index: int) -> None:
-        ctx = self._ctx
-        removed = ctx.partitions.get(topic, index)
+        removed = self._ctx.partitions.get(topic, index)
         if removed is None:
             return
-        self._fetchers.unfollow(removed)
-        ctx.partitions.remove(topic, index, delete_data=True)
-        ctx.groups.on_partition_role(removed)  # closed: it leads no more
+        # Moved away by a reassignment: the topic is still there, so the replica goes (Kafka's
+        # StopReplica with delete). A topic gone from the metadata is not proof of a deletion.
+        same_topic = self._same_topic(topic, removed.topic_id)
+        self._release(removed, delete_data=same_topic)
+        if not same_topic:
+            self._strays.note(topic, index)
+
+    def _release(self, partition: Partition, *, delete_data: bool) -> None:
+        ctx = self._ctx
+        self._fetchers.unfollow(partition)
+        ctx.partitions.remove(partition.topic, partition.index, delete_data=delete_data)
+        ctx.groups.on_partition_role(partition)  # closed: it leads no more
+
+    def _same_topic(self, topic: str, topic_id: uuid.UUID | None) -> bool:
+        """Whether the metadata still holds the topic of that name and id."""
+        current = self._cache.topic(topic)
+        return current is not None and topic_id is not None and current.topic_id == topic_id
+
+    def _stored_topic_id(self, topic: str, index: int) -> uuid.UUID | None:
+        try:
+            return self._log_manager.topic_id(topic, index)
+        except PartitionMetadataError:
+            return None
 
     def _applied(self) -> None:
         ctx = self._ctx

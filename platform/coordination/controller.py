@@ -135,6 +135,8 @@ class Controller:
         # belongs to one activation and is cancelled when the controller resigns.
         self._rebalance_due = False
         self._rebalance_timer: asyncio.TimerHandle | None = None
+        # Set at each activation: the first pass finishes deletions a controller left half done.
+        self._deletions_due = False
         self._active = False
         self._epoch = 0
         self._epoch_version = 0
@@ -193,6 +195,7 @@ class Controller:
         self._active = True
         self._cache.add_listener(self._on_metadata_change)
         self._rescan_all = True
+        self._deletions_due = True
         self._rebalance_due = False
         self._wakeup = asyncio.Event()
         self._wakeup.set()
@@ -282,6 +285,9 @@ class Controller:
                 while self._requests:
                     await self._serve(*self._requests[0])
                     self._requests.popleft()
+                if self._deletions_due:
+                    await self._finish_topic_deletions()
+                    self._deletions_due = False
                 if self._rescan_all or self._dirty:
                     keys = None if self._rescan_all else self._dirty
                     self._rescan_all = False
@@ -352,6 +358,22 @@ class Controller:
             future.set_result(outcome)
 
     # ---- decisions --------------------------------------------------------------------------
+
+    async def _finish_topic_deletions(self) -> None:
+        """Delete each topic whose DeleteTopics marker is written but which still exists: a
+        controller stopped between the two writes (Kafka's controller likewise resumes topic
+        deletions after a failover)."""
+        for marker in await self._store.topic_deletions():
+            current = self._cache.topic(marker.topic)
+            if current is None or current.topic_id != marker.topic_id:
+                continue
+            log.info("finishing the deletion of topic %r (id %s)", marker.topic, marker.topic_id)
+            try:
+                await self._store.delete_topic(marker.topic, marker.topic_id)
+            except KafkaError as error:
+                if error.code is not ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    raise
+                # Deleted meanwhile: done.
 
     async def _reconcile(self, keys: Collection[TopicPartition] | None) -> None:
         """One pass over `keys` (None: every partition): elect leaders where they are lost, drop

@@ -24,7 +24,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Final
@@ -37,6 +37,7 @@ LOG4J_JARS: Final = (
     Path("/usr/share/java/log4j-1.2.jar"),
 )
 MAIN_CLASS: Final = "org.apache.zookeeper.server.ZooKeeperServerMain"
+LOG4J_FILE: Final = "log4j.properties"
 
 START_TIMEOUT_MS: Final = 30_000  # a cold JVM on a busy 2-core machine takes a few seconds
 STOP_TIMEOUT_MS: Final = 10_000
@@ -222,17 +223,7 @@ class EmbeddedZooKeeper:
         self.stop()
 
     def _command(self, config_path: Path) -> list[str]:
-        jars = [ZOOKEEPER_JAR, *(jar for jar in LOG4J_JARS if jar.exists())]
-        return [
-            str(JAVA),
-            *JVM_FLAGS,
-            f"-Dlog4j.configuration=file:{self.data_dir / 'log4j.properties'}",
-            "-Dzookeeper.jmx.log4j.disable=true",
-            "-cp",
-            os.pathsep.join(str(jar) for jar in jars),
-            MAIN_CLASS,
-            str(config_path),
-        ]
+        return server_command(MAIN_CLASS, config_path)
 
     def _write_config(self) -> Path:
         snapshot_dir = self.data_dir / "data"
@@ -250,15 +241,7 @@ class EmbeddedZooKeeper:
             "forceSync": "yes" if self.fsync else "no",
             "preAllocSize": 4096,  # KiB; the 64 MiB default is for production transaction logs
         }
-        config_path = self.data_dir / "zoo.cfg"
-        config_path.write_text("".join(f"{key}={value}\n" for key, value in config.items()))
-        (self.data_dir / "log4j.properties").write_text(
-            "log4j.rootLogger=INFO, CONSOLE\n"
-            "log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender\n"
-            "log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout\n"
-            "log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p [%t] %c{1} - %m%n\n"
-        )
-        return config_path
+        return write_server_files(self.data_dir, config)
 
     def _wait_until_ready(self, timeout_ms: int) -> None:
         process = self._process
@@ -287,6 +270,39 @@ class EmbeddedZooKeeper:
         # Java stack frames ("at ...", "... 5 more") crowd out the lines that say what went wrong.
         messages = [line.strip() for line in lines if not line.strip().startswith(("at ", "..."))]
         return " | ".join(messages[-LOG_TAIL_LINES:]) or "(empty log)"
+
+
+def server_command(
+    main_class: str, config_path: Path, jvm_properties: Sequence[str] = ()
+) -> list[str]:
+    """The java command line of a ZooKeeper server whose zoo.cfg and log4j.properties
+    `write_server_files` wrote into `config_path`'s directory."""
+    jars = [ZOOKEEPER_JAR, *(jar for jar in LOG4J_JARS if jar.exists())]
+    return [
+        str(JAVA),
+        *JVM_FLAGS,
+        f"-Dlog4j.configuration=file:{config_path.parent / LOG4J_FILE}",
+        "-Dzookeeper.jmx.log4j.disable=true",
+        *jvm_properties,
+        "-cp",
+        os.pathsep.join(str(jar) for jar in jars),
+        main_class,
+        str(config_path),
+    ]
+
+
+def write_server_files(directory: Path, config: Mapping[str, object]) -> Path:
+    """Write zoo.cfg (`config`) and a log4j.properties that logs to the console into
+    `directory`; returns zoo.cfg's path."""
+    config_path = directory / "zoo.cfg"
+    config_path.write_text("".join(f"{key}={value}\n" for key, value in config.items()))
+    (directory / LOG4J_FILE).write_text(
+        "log4j.rootLogger=INFO, CONSOLE\n"
+        "log4j.appender.CONSOLE=org.apache.log4j.ConsoleAppender\n"
+        "log4j.appender.CONSOLE.layout=org.apache.log4j.PatternLayout\n"
+        "log4j.appender.CONSOLE.layout.ConversionPattern=%d{ISO8601} %-5p [%t] %c{1} - %m%n\n"
+    )
+    return config_path
 
 
 def _signal_group(process: subprocess.Popen[bytes], signum: signal.Signals) -> None:

@@ -14,7 +14,7 @@ who has run Kafka (paths are relative to the chroot of the connect string):
 | /config/users/<sanitized user>               | persistent | TopicConfigOverrides | users CLI     |
 | /controller                                  | ephemeral  | controller           | controller    |
 | /controller_epoch                            | persistent | epoch                | each election |
-| /admin/delete_topics/<topic>                 | persistent | (reserved)           | -             |
+| /admin/delete_topics/<topic id>              | persistent | TopicDeletion        | DeleteTopics  |
 
 The data, one JSON object per znode (Kafka's field names and version numbers):
 
@@ -38,8 +38,12 @@ The data, one JSON object per znode (Kafka's field names and version numbers):
   Kafka also keeps user quotas there, which are left as they are.
 - controller: `{"version": 1, "brokerid": 1, "timestamp": "<ms>"}`.
 - epoch: the decimal string, e.g. `7`; bumped with a version check in the election transaction.
-- `/admin/delete_topics` is Kafka's asynchronous delete marker; Riverbed deletes a topic's znodes
-  in one transaction instead, so the path is created but stays empty.
+- TopicDeletion: `{"version": 1, "topic": "orders", "replicas": [1, 2, 3]}`: the durable intent
+  of a DeleteTopics (Kafka's `/admin/delete_topics` marker), written before the topic's znodes are
+  deleted and named by the topic *id*, since the name may be created again at once. A broker
+  deletes a local log only when a marker names the log's own topic id (its `partition.metadata`),
+  then takes itself out of `replicas`; the last one deletes the marker. A controller elected
+  while a marker's topic still exists finishes that deletion.
 
 A topic's assignment, partition states and config overrides are created and deleted together in
 one ZooKeeper transaction, so no reader ever sees half a topic. Topic ids are Kafka's: a random
@@ -54,7 +58,6 @@ their paths and JSON live in riverbed.security.acl_layout.
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import urllib.parse
@@ -62,6 +65,8 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
+
+from riverbed.common.uuids import decode_uuid, encode_uuid
 
 CLUSTER_ID_PATH: Final = "/cluster/id"
 BROKER_IDS_PATH: Final = "/brokers/ids"
@@ -87,6 +92,7 @@ BROKER_REGISTRATION_VERSION: Final = 5
 TOPIC_ASSIGNMENT_VERSION: Final = 3
 PARTITION_STATE_VERSION: Final = 1
 TOPIC_CONFIG_VERSION: Final = 1
+TOPIC_DELETION_VERSION: Final = 1
 CONTROLLER_VERSION: Final = 1
 
 # Kafka's rule (org.apache.kafka.common.internals.Topic): the name is also a file name.
@@ -158,8 +164,8 @@ def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS_PATH}/{topic}"
 
 
-def delete_topic_marker_path(topic: str) -> str:
-    return f"{DELETE_TOPICS_PATH}/{topic}"
+def topic_deletion_path(topic_id: uuid.UUID) -> str:
+    return f"{DELETE_TOPICS_PATH}/{encode_uuid(topic_id)}"
 
 
 def user_config_path(user: str) -> str:
@@ -193,23 +199,6 @@ def desanitize_entity_name(text: str) -> str:
         return urllib.parse.unquote_plus(text, errors="strict")
     except UnicodeDecodeError:
         raise ValueError(f"{text!r} does not decode to UTF-8 text") from None
-
-
-# ---- topic ids ------------------------------------------------------------------------------
-
-
-def encode_uuid(value: uuid.UUID) -> str:
-    """Kafka's Uuid.toString(): URL-safe base64 of the 16 bytes, without padding."""
-    return base64.urlsafe_b64encode(value.bytes).decode("ascii").rstrip("=")
-
-
-def decode_uuid(text: str) -> uuid.UUID:
-    if len(text) != 22:
-        raise ValueError(f"a topic id is 22 base64url characters, got {text!r}")
-    try:
-        return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=="))
-    except (ValueError, TypeError) as error:
-        raise ValueError(f"{text!r} is not a base64url UUID") from error
 
 
 # ---- records --------------------------------------------------------------------------------
@@ -380,6 +369,24 @@ class TopicConfigOverrides:
         if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
             raise MalformedZnodeError(path, "field 'config' must be an object of strings")
         return cls(config=dict(raw))
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDeletion:
+    """A DeleteTopics not yet carried out by every broker that held a replica of the topic."""
+
+    topic_id: uuid.UUID
+    topic: str
+    replicas: frozenset[int]
+
+    def encode(self) -> bytes:
+        replicas = sorted(self.replicas)
+        return _dump({"version": TOPIC_DELETION_VERSION, "topic": self.topic, "replicas": replicas})
+
+    @classmethod
+    def decode(cls, topic_id: uuid.UUID, data: bytes) -> TopicDeletion:
+        fields = _Fields.load(topic_deletion_path(topic_id), data)
+        return cls(topic_id, fields.string("topic"), frozenset(fields.integer_list("replicas")))
 
 
 def encode_controller(broker_id: int, timestamp_ms: int) -> bytes:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final, Protocol
 
+from riverbed.common.uuids import decode_uuid, encode_uuid
 from riverbed.coordination import layout
 from riverbed.coordination.assignment import (
     assign_added_replicas,
@@ -142,7 +143,7 @@ class ClusterMetadataStore:
         try:
             data, _ = await self.zk.get(layout.CLUSTER_ID_PATH)
         except NoNodeError:
-            candidate = layout.encode_uuid(uuid.uuid4())
+            candidate = encode_uuid(uuid.uuid4())
             try:
                 await self.zk.create(
                     layout.CLUSTER_ID_PATH, layout.encode_cluster_id(candidate), makepath=True
@@ -379,10 +380,13 @@ class ClusterMetadataStore:
             return added
         raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{path} kept changing")
 
-    async def delete_topic(self, name: str) -> uuid.UUID:
-        """Delete a topic's assignment, partition states and config overrides in one transaction
-        (a topic too large for one: its partitions' znodes first, in as many as needed, then the
-        rest conditionally, so the topic is gone only once its last transaction commits).
+    async def delete_topic(self, name: str, topic_id: uuid.UUID | None = None) -> uuid.UUID:
+        """Delete a topic: first the durable intent (layout.TopicDeletion, which alone lets a
+        broker delete the topic's local logs), then its assignment, partition states and config
+        overrides in one transaction (a topic too large for one: its partitions' znodes first,
+        in as many as needed, then the rest conditionally, so the topic is gone only once its
+        last transaction commits). With `topic_id`, only the topic of that id: the controller
+        finishing a marker's deletion must not delete a topic created again under the name.
         Returns the deleted topic's id."""
         for _ in range(CONDITIONAL_WRITE_ATTEMPTS_MAX):
             try:
@@ -391,6 +395,9 @@ class ClusterMetadataStore:
             except NoNodeError:
                 break
             assignment = TopicAssignment.decode(name, data)
+            if topic_id is not None and assignment.topic_id != topic_id:
+                break
+            await self._mark_for_deletion(name, assignment)
             config_exists = await self.zk.exists(layout.topic_config_path(name)) is not None
             ops = _delete_topic_ops(name, partitions, stat.version, config_exists)
             try:
@@ -400,6 +407,51 @@ class ClusterMetadataStore:
                 continue  # changed under us (partitions added, deleted concurrently): re-read
             return assignment.topic_id
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r} does not exist")
+
+    async def _mark_for_deletion(self, name: str, assignment: TopicAssignment) -> None:
+        replicas = frozenset(b for replicas in assignment.partitions.values() for b in replicas)
+        marker = layout.TopicDeletion(assignment.topic_id, name, replicas)
+        # An earlier attempt (or a controller before this one) may have written it already.
+        with contextlib.suppress(NodeExistsError):
+            await self.zk.create(layout.topic_deletion_path(assignment.topic_id), marker.encode())
+
+    async def topic_deletions(self) -> list[layout.TopicDeletion]:
+        """The DeleteTopics that some broker has not carried out yet."""
+        markers = []
+        for child in await self.zk.get_children(layout.DELETE_TOPICS_PATH):
+            try:
+                topic_id = decode_uuid(child)
+            except ValueError:
+                log.warning("ignoring %s/%s: not a topic id", layout.DELETE_TOPICS_PATH, child)
+                continue
+            try:
+                data, _ = await self.zk.get(layout.topic_deletion_path(topic_id))
+            except NoNodeError:
+                continue  # finished meanwhile
+            markers.append(layout.TopicDeletion.decode(topic_id, data))
+        return markers
+
+    async def finish_topic_deletion(self, topic_id: uuid.UUID, broker_id: int) -> None:
+        """`broker_id` has deleted its logs of the topic: take it out of the marker, and delete
+        the marker once no broker is left in it (conditional writes: brokers finish at once)."""
+        path = layout.topic_deletion_path(topic_id)
+        for _ in range(CONDITIONAL_WRITE_ATTEMPTS_MAX):
+            try:
+                data, stat = await self.zk.get(path)
+                marker = layout.TopicDeletion.decode(topic_id, data)
+                left = marker.replicas - {broker_id}
+                if left == marker.replicas:
+                    return
+                if left:
+                    await self.zk.set(path, replace(marker, replicas=left).encode(), stat.version)
+                else:
+                    await self.zk.delete(path, stat.version)
+                return
+            except NoNodeError:
+                return
+            except BadVersionError:
+                continue
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{path} kept changing")
 
     async def set_topic_config(self, name: str, configs: Mapping[str, str | None]) -> None:
         """Replace the topic's config overrides (validated) with `configs`."""

@@ -140,6 +140,39 @@ async def test_create_and_delete_topic(store: ClusterMetadataStore) -> None:
     assert caught.value.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+async def test_delete_topic_writes_its_intent_first_and_brokers_finish_it(
+    store: ClusterMetadataStore,
+) -> None:
+    topic_id = await store.create_topic("orders", 2, 2, {}, {1, 2, 3})
+    assert await store.delete_topic("orders") == topic_id
+    # The marker outlives the topic: it is what lets each replica delete its log.
+    [marker] = await store.topic_deletions()
+    assert (marker.topic_id, marker.topic) == (topic_id, "orders")
+    assert marker.replicas == {1, 2, 3}
+    await store.finish_topic_deletion(topic_id, 2)
+    await store.finish_topic_deletion(topic_id, 2)  # a retry changes nothing
+    [marker] = await store.topic_deletions()
+    assert marker.replicas == {1, 3}
+    await store.finish_topic_deletion(topic_id, 1)
+    await store.finish_topic_deletion(topic_id, 3)
+    assert await store.topic_deletions() == []
+    assert await store.zk.get_children(layout.DELETE_TOPICS_PATH) == []
+
+
+async def test_delete_topic_by_id_spares_a_topic_created_again_under_the_name(
+    store: ClusterMetadataStore,
+) -> None:
+    old_id = await store.create_topic("orders", 1, 1, {}, {1})
+    await store.delete_topic("orders")
+    new_id = await store.create_topic("orders", 1, 1, {}, {1})
+    with pytest.raises(KafkaError) as caught:
+        await store.delete_topic("orders", old_id)  # a stale marker's deletion
+    assert caught.value.code is ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert await store.zk.get_children(layout.BROKER_TOPICS_PATH) == ["orders"]
+    assert await store.delete_topic("orders", new_id) == new_id
+    assert {m.topic_id for m in await store.topic_deletions()} == {old_id, new_id}
+
+
 @pytest.mark.parametrize(
     ("name", "partitions", "replication", "configs", "code"),
     [

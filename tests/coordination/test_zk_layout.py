@@ -5,6 +5,7 @@ import uuid
 from collections import Counter
 
 import pytest
+from riverbed.common.uuids import decode_uuid, encode_uuid
 from riverbed.coordination import layout
 from riverbed.coordination.assignment import (
     assign_added_replicas,
@@ -36,8 +37,8 @@ def test_round_trips() -> None:
     assert layout.decode_controller(layout.encode_controller(4, 99)) == 4
     assert layout.decode_controller_epoch(layout.encode_controller_epoch(12)) == 12
     topic_id = uuid.uuid4()
-    assert len(layout.encode_uuid(topic_id)) == 22
-    assert layout.decode_uuid(layout.encode_uuid(topic_id)) == topic_id
+    assert len(encode_uuid(topic_id)) == 22
+    assert decode_uuid(encode_uuid(topic_id)) == topic_id
 
 
 @pytest.mark.parametrize(
@@ -57,7 +58,7 @@ def test_malformed_partition_state_names_path_and_field(data: bytes, fragment: s
 
 
 def test_malformed_assignment_and_registration() -> None:
-    good_id = layout.encode_uuid(uuid.uuid4())
+    good_id = encode_uuid(uuid.uuid4())
     with pytest.raises(MalformedZnodeError, match=r"numbered 0\.\.n-1"):
         TopicAssignment.decode("t", b'{"topic_id":"%s","partitions":{"1":[1]}}' % good_id.encode())
     with pytest.raises(MalformedZnodeError, match="base64url"):
@@ -132,13 +133,13 @@ def test_manual_replicas_that_fit() -> None:
 
 def test_an_assignment_cannot_move_replicas_it_does_not_have() -> None:
     bad = (
-        b'{"version":3,"topic_id":"' + layout.encode_uuid(uuid.uuid4()).encode() + b'",'
+        b'{"version":3,"topic_id":"' + encode_uuid(uuid.uuid4()).encode() + b'",'
         b'"partitions":{"0":[1,2]},"adding_replicas":{"0":[3]},"removing_replicas":{}}'
     )
     with pytest.raises(layout.MalformedZnodeError, match="moves replicas it does not have"):
         TopicAssignment.decode("t", bad)
     # Kafka's version 1 assignments have no adding/removing fields.
-    old = b'{"version":1,"topic_id":"' + layout.encode_uuid(uuid.uuid4()).encode() + b'",'
+    old = b'{"version":1,"topic_id":"' + encode_uuid(uuid.uuid4()).encode() + b'",'
     assert TopicAssignment.decode("t", old + b'"partitions":{"0":[1]}}').adding == {}
 
 

@@ -4,6 +4,7 @@ nothing in memory and rewrites no file, after a clean shutdown and after a crash
 from __future__ import annotations
 
 import shutil
+import uuid
 from pathlib import Path
 
 from riverbed.hot.storage.leader_epoch import EpochEntry, leader_epoch_checkpoint_path
@@ -15,6 +16,7 @@ from tests.hot.test_recovery import all_values
 
 CONFIG = LogConfig(segment_bytes=4096, index_interval_bytes=200)
 TOPIC = "orders"
+TOPIC_ID = uuid.uuid4()
 
 
 def append_at(log: PartitionLog, values: list[bytes], leader_epoch: int) -> None:
@@ -36,7 +38,7 @@ def open_log(manager: LogManager) -> PartitionLog:
 
 def test_an_epoch_that_wrote_nothing_is_gone_after_a_restart(tmp_path: Path) -> None:
     manager = LogManager(tmp_path, CONFIG)
-    log = manager.get_or_create(TOPIC, 0, CONFIG)
+    log = manager.get_or_create(TOPIC, 0, CONFIG, TOPIC_ID)
     append_at(log, [b"a", b"b"], 0)
     log.leader_epochs.assign(3, log.log_end_offset)  # led, wrote nothing
     manager.close()
@@ -56,7 +58,7 @@ def test_opening_a_log_rewrites_no_epoch_file(tmp_path: Path) -> None:
     """A file running ahead of the log (an entry at its end, written before a batch that a
     crash or a failed write lost) is cut back in memory; the file stays as it was."""
     manager = LogManager(tmp_path, CONFIG)
-    log = manager.get_or_create(TOPIC, 0, CONFIG)
+    log = manager.get_or_create(TOPIC, 0, CONFIG, TOPIC_ID)
     append_at(log, [b"a", b"b"], 0)
     log.leader_epochs.assign(5, log.log_end_offset)  # written, but no batch followed
     path = leader_epoch_checkpoint_path(log.directory)
@@ -78,7 +80,7 @@ def test_after_a_crash_an_epoch_file_ahead_of_the_log_is_cut_back(tmp_path: Path
     the re-scanned log decides, and the answers are those of the log without that epoch."""
     live = tmp_path / "live"
     manager = LogManager(live, CONFIG)
-    log = manager.get_or_create(TOPIC, 0, CONFIG)
+    log = manager.get_or_create(TOPIC, 0, CONFIG, TOPIC_ID)
     for i in range(20):
         append_at(log, [b"old %d" % i * 30], 0)
     manager.flush_all()
@@ -103,7 +105,7 @@ def test_after_a_crash_an_epoch_file_ahead_of_the_log_is_cut_back(tmp_path: Path
 
 def test_a_clean_restart_rescans_nothing_and_keeps_every_epoch(tmp_path: Path) -> None:
     manager = LogManager(tmp_path, CONFIG)
-    log = manager.get_or_create(TOPIC, 0, CONFIG)
+    log = manager.get_or_create(TOPIC, 0, CONFIG, TOPIC_ID)
     append_at(log, [b"a"], 1)
     log.leader_epochs.assign(2, log.log_end_offset)
     append_at(log, [b"b"], 2)
@@ -125,7 +127,7 @@ def test_recovery_takes_epochs_from_the_batches_not_from_a_file_ahead_of_the_log
     recovery must derive it from their headers, not keep the stale one."""
     live = tmp_path / "live"
     manager = LogManager(live, CONFIG)
-    log = manager.get_or_create(TOPIC, 0, CONFIG)
+    log = manager.get_or_create(TOPIC, 0, CONFIG, TOPIC_ID)
     for i in range(20):
         append_at(log, [b"old %d" % i * 30], 0)
     start = log.log_end_offset

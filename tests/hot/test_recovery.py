@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -181,7 +182,7 @@ def test_orphan_index_files_are_removed(tmp_path: Path) -> None:
 
 
 def fill_manager(manager: LogManager, topic: str, partition: int, batches: int) -> PartitionLog:
-    log = manager.get_or_create(topic, partition, CONFIG)
+    log = manager.get_or_create(topic, partition, CONFIG, uuid.uuid4())
     for i in range(batches):
         append_values(log, [f"{topic}{i}".encode() * 30])
     log.update_high_watermark(log.log_end_offset)
@@ -277,7 +278,7 @@ def test_invalid_topic_names_never_become_paths(tmp_path: Path) -> None:
     manager = LogManager(tmp_path / "data", CONFIG)
     for topic in ("../escape", "a/b", "..", ""):
         with pytest.raises(ValueError, match="invalid topic partition"):
-            manager.get_or_create(topic, 0, CONFIG)
+            manager.get_or_create(topic, 0, CONFIG, uuid.uuid4())
     manager.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
 

@@ -63,8 +63,14 @@ class BrokerProcess:
         settings: Mapping[str, str] | None = None,
         extra_args: Sequence[str] = (),
         listeners: Sequence[str] = ("PLAINTEXT",),
+        host: str = HOST,
+        command_prefix: Sequence[str] = (),
     ) -> None:
+        """`host` is the address it listens on and `command_prefix` goes before its command
+        line: tests/faults runs each broker in a network namespace of its own that way."""
         self.broker_id = broker_id
+        self.host = host
+        self.command_prefix = tuple(command_prefix)
         self.extra_args = tuple(extra_args)
         self.zk_connect = zk_connect
         self.data_dir = data_dir
@@ -79,11 +85,11 @@ class BrokerProcess:
 
     @property
     def bootstrap(self) -> str:
-        return f"{HOST}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def address(self, listener: str) -> str:
         """host:port of the listener named `listener`."""
-        return f"{HOST}:{self.ports[listener]}"
+        return f"{self.host}:{self.ports[listener]}"
 
     @property
     def pid(self) -> int:
@@ -105,6 +111,7 @@ class BrokerProcess:
             arg for key, value in self.settings.items() for arg in ("--set", f"{key}={value}")
         ]
         return [
+            *self.command_prefix,
             sys.executable,
             "-m",
             "riverbed.cli",
@@ -151,7 +158,7 @@ class BrokerProcess:
             try:
                 # Listeners are bound one after another: ready once every one accepts.
                 for port in self.ports.values():
-                    with socket.create_connection((HOST, port), timeout=PROBE_TIMEOUT_S):
+                    with socket.create_connection((self.host, port), timeout=PROBE_TIMEOUT_S):
                         pass
                 return
             except OSError:
@@ -173,6 +180,20 @@ class BrokerProcess:
             self.kill()
             raise BrokerStopError(
                 f"broker {self.broker_id} ignored SIGTERM for {timeout_s:.0f} s (killed it)\n"
+                f"{self.describe_log()}"
+            ) from None
+        self._close_log()
+        return exit_code
+
+    def wait_exit(self, timeout_s: float) -> int:
+        """Wait for the broker to exit on its own; its exit code. BrokerStopError if it is still
+        running after `timeout_s` (it is left running)."""
+        process = self._require_process()
+        try:
+            exit_code = process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise BrokerStopError(
+                f"broker {self.broker_id} did not exit within {timeout_s:.0f} s\n"
                 f"{self.describe_log()}"
             ) from None
         self._close_log()

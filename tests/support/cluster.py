@@ -25,7 +25,8 @@ ZooKeeper, so a leader, leader epoch, replicas and ISR show there as soon as the
 leader wrote them. Tests may poll (`wait_for`); brokers may not.
 
 Fixture (needs `zk_connect`): `cluster_factory(size, settings=None)`, awaited, returns a started
-`TestCluster` whose every broker lists all `size` brokers in its Metadata. Each cluster gets its
+`TestCluster` whose every broker lists all `size` brokers in its Metadata (`start=False`: not
+started yet, so that a test can prepare the brokers' data dirs first). Each cluster gets its
 own ZooKeeper chroot under the test's. Every broker of every cluster is SIGKILLed at teardown
 whatever the outcome, and its log tail printed (pytest shows it when the test failed).
 `shared_cluster` does the same for a module fixture whose tests share one cluster.
@@ -356,16 +357,20 @@ def shared_cluster(
 
 class ClusterFactory(Protocol):
     async def __call__(
-        self, size: int, settings: Mapping[str, str] | None = None
+        self, size: int, settings: Mapping[str, str] | None = None, *, start: bool = True
     ) -> TestCluster: ...
 
 
 @pytest.fixture
 def cluster_factory(zk_connect: str, tmp_path: Path) -> Iterator[ClusterFactory]:
-    """Start clusters in this test's ZooKeeper chroot; every broker is SIGKILLed at teardown."""
+    """Start clusters in this test's ZooKeeper chroot; every broker is SIGKILLed at teardown.
+    With `start=False` the cluster is only made: the test prepares the brokers' data dirs (a
+    disk fault mounted at one, say) and calls `cluster.start()` itself."""
     clusters: list[TestCluster] = []
 
-    async def start_cluster(size: int, settings: Mapping[str, str] | None = None) -> TestCluster:
+    async def start_cluster(
+        size: int, settings: Mapping[str, str] | None = None, *, start: bool = True
+    ) -> TestCluster:
         index = len(clusters) + 1
         cluster = TestCluster(
             size,
@@ -374,7 +379,8 @@ def cluster_factory(zk_connect: str, tmp_path: Path) -> Iterator[ClusterFactory]
             settings=settings,
         )
         clusters.append(cluster)
-        await cluster.start()
+        if start:
+            await cluster.start()
         return cluster
 
     try:

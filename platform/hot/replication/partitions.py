@@ -27,6 +27,7 @@ from riverbed.hot.replication.fetch_watch import (
 from riverbed.hot.replication.followers import FollowerTracker
 from riverbed.hot.storage.log import AppendResult, LogConfig, PartitionLog
 from riverbed.hot.storage.log_manager import LogManager
+from riverbed.hot.storage.partition_metadata import ForeignLogError, PartitionMetadataError
 from riverbed.hot.storage.producer_state import (
     DuplicateBatch,
     ProducerStateManager,
@@ -442,14 +443,18 @@ class PartitionManager:
         return iter(list(self._partitions.values()))
 
     def ensure(self, topic: str, index: int, config: LogConfig, topic_id: uuid.UUID) -> Partition:
-        """The hosted partition, opened if new; topic config changes apply live. A partition of
-        an earlier topic of the same name (deleted and created again) is deleted first."""
+        """The hosted partition, opened if new; topic config changes apply live.
+
+        Raises ForeignLogError if the partition or its local log is another topic's of this
+        name (one deleted and created again, or unreadable partition.metadata): the owner keeps
+        that log and hosts nothing until it is resolved (riverbed.broker.stray_logs). A log from
+        before partition.metadata is adopted by `topic_id`."""
         partition = self._partitions.get((topic, index))
         if partition is not None and partition.topic_id != topic_id:
-            self.remove(topic, index, delete_data=True)
-            partition = None
+            raise ForeignLogError(f"{partition} is hosted for topic id {partition.topic_id}")
         if partition is None:
-            partition_log = self._log_manager.get_or_create(topic, index, config)
+            self._check_log_identity(topic, index, topic_id)
+            partition_log = self._log_manager.get_or_create(topic, index, config, topic_id)
             producer_state = load_producer_state(
                 partition_log.directory, partition_log.log_end_offset, partition_log.batch_headers
             )
@@ -460,6 +465,19 @@ class PartitionManager:
             partition.log.update_config(config)
             log.info("applied new log config to %s", partition)
         return partition
+
+    def _check_log_identity(self, topic: str, index: int, topic_id: uuid.UUID) -> None:
+        if self._log_manager.get(topic, index) is None:
+            return  # a new log: created with `topic_id`
+        try:
+            stored = self._log_manager.topic_id(topic, index)
+        except PartitionMetadataError as error:
+            raise ForeignLogError(str(error)) from None
+        if stored is None:
+            self._log_manager.adopt(topic, index, topic_id)
+            log.info("%s-%d: wrote partition.metadata (topic id %s)", topic, index, topic_id)
+        elif stored != topic_id:
+            raise ForeignLogError(f"the log of {topic}-{index} is of topic id {stored}")
 
     def remove(self, topic: str, index: int, *, delete_data: bool) -> None:
         partition = self._partitions.pop((topic, index), None)

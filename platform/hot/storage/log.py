@@ -21,6 +21,15 @@ for milliseconds. A crash in between may leave `*.deleted` files, which opening 
 removes, or undo the renames, which brings back segments below the log start: whatever deleted
 them deletes them again (DeleteRecords' start is persisted apart, so nothing below it is served).
 
+Going offline: a failed fsync (here or in the background), a failed append that could not be
+undone, or a failed swap of cleaned segments leaves files that no longer match the log's state
+(after a failed fsync Linux may have dropped the dirty pages). EIO from writing the leader epoch
+checkpoint leaves them consistent, but says the same: the disk failed. The log then refuses
+every call with KAFKA_STORAGE_ERROR and tells `on_offline` once, from whichever thread saw the
+failure: a data directory holding such a log has failed (Kafka's LogDirFailureChannel), and its
+owner decides what the broker does. A write refused before anything changed (ENOSPC from a full
+disk, rolled back cleanly) leaves the log usable and is not reported.
+
 Leader epochs: `leader_epochs` records where each leader epoch's batches start (see
 leader_epoch.py). A new epoch is recorded in memory before the batches it describes, and its
 checkpoint file written durably before the recovery point passes them (`flush`, and a roll,
@@ -32,6 +41,7 @@ recovery point, which recovery re-scans and assigns again.
 from __future__ import annotations
 
 import bisect
+import errno
 import logging
 import os
 import shutil
@@ -183,6 +193,7 @@ class PartitionLog:
         segments: list[LogSegment],
         now_ms: Callable[[], int],
         flush_executor: Executor | None,
+        on_offline: Callable[[str], None] | None,
     ) -> None:
         self._directory = directory
         self.tp = tp  # the partition whose log this is: it names the records read back
@@ -200,8 +211,11 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms()
         self._closed = False
-        # Set when a failed write could not be undone: the files no longer match our state.
+        # Why the log went offline (see the module docstring), and whom to tell, once: the lock
+        # keeps it once when the owner and a background fsync fail together.
         self._offline_reason: str | None = None
+        self._on_offline = on_offline
+        self._offline_lock = threading.Lock()
         # How many segments the last open re-scanned (0 after a clean shutdown).
         self.recovered_segments = 0
         # The base offset recovery re-scanned from at open (None: nothing re-scanned).
@@ -223,12 +237,14 @@ class PartitionLog:
         recovery_point: int | None,
         now_ms: Callable[[], int],
         flush_executor: Executor | None = None,
+        on_offline: Callable[[str], None] | None = None,
     ) -> PartitionLog:
         """Open (or create) the log of partition `tp` in `directory`.
 
         Startup cost does not grow with the log: files are listed, and only the active segment's
         index tail is read to find the LEO. If `recovery_point` is None (unknown) or data exists
         above it, the segments from the one holding it onward are re-scanned (`_recover`).
+        `on_offline(reason)` is called once if the log goes offline (None: nobody is told).
         """
         directory.mkdir(parents=True, exist_ok=True)
         finish_interrupted_swap(directory)
@@ -238,7 +254,7 @@ class PartitionLog:
             fsync_dir(directory)
         for segment in segments[:-1]:
             segment.sealed = True
-        partition_log = cls(directory, tp, config, segments, now_ms, flush_executor)
+        partition_log = cls(directory, tp, config, segments, now_ms, flush_executor, on_offline)
         partition_log._load(recovery_point)
         partition_log._load_leader_epochs()
         return partition_log
@@ -416,7 +432,8 @@ class PartitionLog:
         already-validated batches (in place) and write them.
 
         Raises KafkaError(KAFKA_STORAGE_ERROR) if the disk refuses the write; the log is then
-        exactly as before and stays usable.
+        exactly as before and stays usable, unless undoing the write failed too (it goes
+        offline; see the module docstring).
         """
         self._check_usable()
         if not headers:
@@ -462,7 +479,7 @@ class PartitionLog:
         try:
             position = segment.append(records, headers)
         except RollbackFailedError as error:
-            self._offline_reason = str(error)
+            self._go_offline(str(error))
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: {error}") from error
         except OSError as failure:
             raise KafkaError(
@@ -509,9 +526,7 @@ class PartitionLog:
             self.leader_epochs.persist()
         except OSError as error:
             new.delete()
-            raise KafkaError(
-                ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: roll failed: {error}"
-            ) from error
+            raise self._sync_error("roll failed", error) from error
         self._segments.append(new)
         self._make_durable(sealed, base_offset)
         log.debug("%s: rolled to a new segment at offset %d", self, base_offset)
@@ -526,6 +541,10 @@ class PartitionLog:
                 for fd in fds:
                     os.fsync(fd)
                 fsync_dir(directory)  # the new segment's files must survive a crash too
+            except OSError as error:
+                # As in `flush`: what did not reach the disk may be gone from the page cache.
+                self._go_offline(f"fsync of the segment at {sealed.base_offset} failed: {error}")
+                return
             finally:
                 for fd in fds:
                     os.close(fd)
@@ -566,11 +585,8 @@ class PartitionLog:
         try:
             self.leader_epochs.persist()
         except OSError as error:
-            # Not a failed fsync (the data is intact, a full disk the usual cause), but the
-            # recovery point must not pass batches whose epochs are not on disk.
-            raise KafkaError(
-                ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: leader epoch checkpoint: {error}"
-            ) from error
+            # The recovery point must not pass batches whose epochs are not on disk.
+            raise self._sync_error("leader epoch checkpoint", error) from error
         try:
             for segment in self._segments[self._segment_slot(self.recovery_point) :]:
                 segment.flush()
@@ -578,11 +594,22 @@ class PartitionLog:
         except OSError as error:
             # After a failed fsync the page cache may have dropped the dirty data (Linux): the
             # files cannot be trusted any more.
-            self._offline_reason = f"fsync failed: {error}"
+            self._go_offline(f"fsync failed: {error}")
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: {error}") from error
         self._advance_recovery_point(self.recovery_point, end_offset)
         self._unflushed_messages = 0
         self._last_flush_ms = self._now_ms()
+
+    def _sync_error(self, what: str, error: OSError) -> KafkaError:
+        """The KAFKA_STORAGE_ERROR for a failed write of the leader epoch checkpoint (on its
+        own, or with a sealed segment's index tails). The file is replaced atomically, so the
+        log's files stay consistent: a full disk (the usual cause) leaves the log usable, the
+        entries written by a later flush or roll. EIO means the disk failed, and the log goes
+        offline: otherwise every later flush and roll would fail the same way while the broker
+        kept its leaderships."""
+        if error.errno == errno.EIO:
+            self._go_offline(f"{what}: {error}")
+        return KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: {what}: {error}")
 
     def flush_if_due(self) -> bool:
         """Flush if flush.ms has passed since the last flush and there is unflushed data."""
@@ -846,7 +873,7 @@ class PartitionLog:
             ]
         except OSError as error:
             # The marker may be written: only reopening the log can finish (or undo) the swap.
-            self._offline_reason = f"swapping in cleaned segments failed: {error}"
+            self._go_offline(f"swapping in cleaned segments failed: {error}")
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: {error}") from error
         # From the last group back, so that the slots of the groups before stay right.
         swaps = sorted(zip(spans, cleaned, strict=True), key=lambda swap: swap[0], reverse=True)
@@ -971,6 +998,16 @@ class PartitionLog:
         self._wait_for_background()
         for segment in self._segments:
             segment.close()
+
+    def _go_offline(self, reason: str) -> None:
+        """Refuse every later call and tell `on_offline`, once (any thread may call this)."""
+        with self._offline_lock:
+            if self._offline_reason is not None:
+                return
+            self._offline_reason = reason
+        log.error("%s is offline: %s", self, reason)
+        if self._on_offline is not None:
+            self._on_offline(reason)
 
     def _check_usable(self) -> None:
         if self._closed:

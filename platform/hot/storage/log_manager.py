@@ -13,17 +13,24 @@ At startup the recovery-point checkpoint says where each log's unflushed tail be
 that tail is re-scanned. After a clean shutdown (marker present) every log was flushed before
 the checkpoint was written, so nothing is scanned; after a crash the checkpoint is still a safe
 lower bound, since a recovery point is only checkpointed once the data below it is fsynced.
+
+A log that goes offline (a failed fsync, an append it could not undo: see log.py) means the
+data directory failed, as Kafka's LogDirFailureChannel has it: the manager tells its owner once
+(`on_dir_failure`, from whichever thread saw the failure), and a later `close` writes no
+clean-shutdown marker, so the next start recovers as after a crash.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import logging
 import os
 import re
 import shutil
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -35,6 +42,11 @@ from riverbed.hot.storage.checkpoint import (
     write_offset_checkpoint,
 )
 from riverbed.hot.storage.log import DELETED_DIR_SUFFIX, LogConfig, PartitionLog
+from riverbed.hot.storage.partition_metadata import (
+    PartitionMetadataError,
+    read_partition_metadata,
+    write_partition_metadata,
+)
 from riverbed.protocol import record_types
 
 log = logging.getLogger(__name__)
@@ -83,7 +95,8 @@ class LogManager:
     """Owns every partition log of one data directory.
 
     Methods run on the owner thread, except `checkpoint*` which may run on a worker thread
-    while the owner appends (they only read offsets).
+    while the owner appends (they only read offsets). `on_dir_failure(data_dir, reason)` is
+    called once, from any thread, when the first log goes offline (None: nobody is told).
     """
 
     def __init__(
@@ -92,11 +105,20 @@ class LogManager:
         default_config: LogConfig,
         *,
         now_ms: Callable[[], int] = wall_clock_ms,
+        on_dir_failure: Callable[[Path, str], None] | None = None,
     ) -> None:
         self._data_dir = data_dir
         self._default_config = default_config
         self._now_ms = now_ms
+        self._on_dir_failure = on_dir_failure
+        # Why the directory failed (the first log that went offline); the lock makes the report
+        # once when the owner thread and the flush thread see failures together.
+        self._failure: str | None = None
+        self._failure_lock = threading.Lock()
         self._logs: dict[TopicPartition, PartitionLog] = {}
+        # Each log's topic id from its partition.metadata: None for a log made before the file
+        # existed, the error for a file that cannot be read (raised again to whoever asks).
+        self._topic_ids: dict[TopicPartition, uuid.UUID | PartitionMetadataError | None] = {}
         self._closed = False
         # Checkpoints may be written from a worker thread and from close(): one at a time.
         self._checkpoint_lock = threading.Lock()
@@ -142,6 +164,10 @@ class LogManager:
                 self._default_config,
                 recovery_points.get(topic_partition),
             )
+            try:
+                self._topic_ids[topic_partition] = read_partition_metadata(child)
+            except PartitionMetadataError as error:
+                self._topic_ids[topic_partition] = error
             high_watermark = high_watermarks.get(topic_partition)
             if high_watermark is not None:
                 partition_log.update_high_watermark(
@@ -167,14 +193,28 @@ class LogManager:
             recovery_point=recovery_point,
             now_ms=self._now_ms,
             flush_executor=self._flush_executor,
+            on_offline=functools.partial(self._log_went_offline, tp),
         )
+
+    def _log_went_offline(self, tp: record_types.TopicPartition, reason: str) -> None:
+        failure = f"the log of {tp.topic}-{tp.partition} went offline: {reason}"
+        with self._failure_lock:
+            if self._failure is not None:
+                return
+            self._failure = failure
+        if self._on_dir_failure is not None:
+            self._on_dir_failure(self._data_dir, failure)
 
     @property
     def data_dir(self) -> Path:
         return self._data_dir
 
-    def get_or_create(self, topic: str, partition: int, config: LogConfig) -> PartitionLog:
-        """The log of a partition, created empty if new; an existing log takes `config`."""
+    def get_or_create(
+        self, topic: str, partition: int, config: LogConfig, topic_id: uuid.UUID
+    ) -> PartitionLog:
+        """The log of a partition, created empty if new (its partition.metadata naming
+        `topic_id`); an existing log takes `config`. Whether an existing log is that topic's is
+        the caller's to check first (`topic_id`)."""
         partition_log = self._logs.get((topic, partition))
         if partition_log is not None:
             if partition_log.config != config:
@@ -182,18 +222,39 @@ class LogManager:
             return partition_log
         directory = self._data_dir / partition_dir_name(topic, partition)
         directory.mkdir()
+        # Before the directory is synced into the data dir: a log that is found after a crash
+        # has its id, or is empty (one without the file is adopted by the topic it is hosted for).
+        write_partition_metadata(directory, topic_id)
         fsync_dir(self._data_dir)
         partition_log = self._open(
             directory, record_types.TopicPartition(topic, partition), config, 0
         )
         self._logs[(topic, partition)] = partition_log
+        self._topic_ids[(topic, partition)] = topic_id
         return partition_log
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         return self._logs.get((topic, partition))
 
+    def topic_id(self, topic: str, partition: int) -> uuid.UUID | None:
+        """The id of the topic whose log this is; None for no log, or a log from before
+        partition.metadata. Raises PartitionMetadataError if its file cannot be read."""
+        topic_id = self._topic_ids.get((topic, partition))
+        if isinstance(topic_id, PartitionMetadataError):
+            raise topic_id
+        return topic_id
+
+    def adopt(self, topic: str, partition: int, topic_id: uuid.UUID) -> None:
+        """Write partition.metadata for a log from before the file (Kafka does the same when it
+        first sees such a log with a topic id)."""
+        if (topic, partition) not in self._logs or self.topic_id(topic, partition) is not None:
+            raise ValueError(f"{topic}-{partition} has no log without a topic id")
+        write_partition_metadata(self._logs[(topic, partition)].directory, topic_id)
+        self._topic_ids[(topic, partition)] = topic_id
+
     def delete(self, topic: str, partition: int) -> None:
         partition_log = self._logs.pop((topic, partition), None)
+        self._topic_ids.pop((topic, partition), None)
         if partition_log is not None:
             partition_log.delete()
 
@@ -224,8 +285,8 @@ class LogManager:
 
     def close(self) -> None:
         """Clean shutdown: close every log, make everything durable, checkpoint, then write the
-        marker. If a log cannot be closed or the sync fails the marker is not written, so the
-        next start recovers.
+        marker. If a log cannot be closed, the sync fails or the directory failed (a log went
+        offline) the marker is not written, so the next start recovers.
 
         One syncfs of the data directory's file system replaces the per-log fsyncs (data,
         indexes, directory, leader epochs; the producer-state snapshots the broker wrote just
@@ -255,6 +316,10 @@ class LogManager:
             self.checkpoint()
             if failures:
                 raise failures[0]
+            if self._failure is not None:
+                # Offline logs were not flushed: their unflushed tails must be recovered.
+                log.error("%s failed, no clean shutdown: %s", self._data_dir, self._failure)
+                return
             write_atomically(self._data_dir / CLEAN_SHUTDOWN_FILE, b"")
         finally:
             self._flush_executor.shutdown()
