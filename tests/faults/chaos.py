@@ -211,9 +211,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--schedules", type=int, default=100)
     parser.add_argument("--budget-s", type=float, default=2400.0)
     parser.add_argument("--out", type=Path, default=Path(".chaos") / "latest.json")
+    parser.add_argument(
+        "--keep", type=Path, help="keep the histories and broker logs in this directory"
+    )
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="riverbed-chaos-") as home:
-        report = asyncio.run(run(args.seed, args.schedules, args.budget_s, Path(home)))
+    with contextlib.ExitStack() as stack:
+        home = args.keep or Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="riverbed-chaos-"))
+        )
+        home.mkdir(parents=True, exist_ok=True)
+        report = asyncio.run(run(args.seed, args.schedules, args.budget_s, home))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))

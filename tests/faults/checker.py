@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
-from tests.faults.history import Ack, Event, Fail, Fault, Served
+from tests.faults.history import NO_OFFSET, Ack, Event, Fail, Fault, Served
 
 # Findings of each rule shown in a report; the counts carry the rest.
 EXAMPLES_MAX: Final = 10
@@ -209,7 +209,10 @@ def _misplaced(
             continue  # lost
         for event in events:
             acked_at = Position(event.partition, event.offset)
-            if acked_at not in positions:
+            if event.offset == NO_OFFSET:
+                if all(p.partition != event.partition for p in positions):
+                    yield Misplaced(value, acked_at, tuple(positions))
+            elif acked_at not in positions:
                 yield Misplaced(value, acked_at, tuple(positions))
 
 

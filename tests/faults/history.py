@@ -54,6 +54,9 @@ def _check_name(field: str, value: object) -> None:
         raise ValueError(f"{field} must be a non-empty string, got {value!r}")
 
 
+NO_OFFSET: Final = -1
+
+
 def _check_index(field: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{field} must be an int >= 0, got {value!r}")
@@ -77,7 +80,10 @@ class Header:
 
 @dataclass(frozen=True, slots=True)
 class Ack:
-    """A producer was told `value` is at `partition`@`offset` (acks=all)."""
+    """A producer was told `value` is at `partition`@`offset` (acks=all). `offset` is
+    NO_OFFSET when the client acknowledged it without one: librdkafka does so for records of an
+    earlier in-flight request once a later one of the same producer succeeded (the broker's
+    sequence check proves they are in the log)."""
 
     KIND: ClassVar[str] = "ack"
     producer: str
@@ -89,7 +95,8 @@ class Ack:
     def __post_init__(self) -> None:
         _check_name("producer", self.producer)
         _check_index("partition", self.partition)
-        _check_index("offset", self.offset)
+        if self.offset != NO_OFFSET:
+            _check_index("offset", self.offset)
         _check_name("value", self.value)
         _check_index("t_ms", self.t_ms)
 

@@ -82,17 +82,17 @@ class Faults:
 
     async def leader(self, partition: int = 0, *, asking: Iterable[int] | None = None) -> int:
         """Partition `partition`'s leader as the brokers `asking` (default: all) see it."""
-        async with self._admin(asking) as admin:
+        async with self.admin(asking) as admin:
             described = await admin.describe_topic(self.topic)
         return next(p.leader for p in described.partitions if p.partition == partition)
 
     async def isr(self, partition: int = 0, *, asking: Iterable[int] | None = None) -> set[int]:
-        async with self._admin(asking) as admin:
+        async with self.admin(asking) as admin:
             described = await admin.describe_topic(self.topic)
         return next(set(p.isr) for p in described.partitions if p.partition == partition)
 
     async def controller(self, *, asking: Iterable[int] | None = None) -> int:
-        async with self._admin(asking) as admin:
+        async with self.admin(asking) as admin:
             return (await admin.describe_cluster()).controller_id
 
     async def expect(self, what: str, seen: Callable[[], Awaitable[bool]], within_s: float) -> None:
@@ -115,7 +115,7 @@ class Faults:
     async def lead_elsewhere(self, broker_id: int) -> None:
         """Make `broker_id` the last replica of every partition and elect the preferred
         leaders, so that it follows everywhere."""
-        async with self._admin(None) as admin:
+        async with self.admin(None) as admin:
             described = await admin.describe_topic(self.topic)
             moves = {
                 TopicPartition(self.topic, p.partition): [b for b in p.replicas if b != broker_id]
@@ -126,7 +126,7 @@ class Faults:
             await admin.elect_leaders(list(moves))
 
         async def follows_everywhere() -> bool:
-            async with self._admin(None) as admin:
+            async with self.admin(None) as admin:
                 states = (await admin.describe_topic(self.topic)).partitions
             return all(s.leader not in (broker_id, -1) for s in states)
 
@@ -146,7 +146,7 @@ class Faults:
 
         return self.cluster.net.run_in(source, connect)
 
-    def _admin(self, asking: Iterable[int] | None) -> Admin:
+    def admin(self, asking: Iterable[int] | None) -> Admin:
         brokers = self.cluster.brokers
         chosen = list(brokers) if asking is None else list(asking)
         bootstrap = ",".join(brokers[b].bootstrap for b in chosen)
@@ -337,6 +337,36 @@ async def zookeeper_members_wiped_one_by_one(faults: Faults) -> None:
                 raise AssertionError(f"b{broker_id} logged {line!r} with ZooKeeper intact")
 
 
+async def full_disk_on_a_leader(faults: Faults) -> None:
+    """A broker's disk fills up while it leads, then it is cut from the cluster (not from its
+    clients) and its leaderships move. The replay of a `make chaos` schedule (seed 20261151)
+    that duplicated records: the full leader answered the requests pipelined behind a refused
+    write with OUT_OF_ORDER_SEQUENCE_NUMBER, librdkafka bumped its producer epoch and sent
+    again records of other partitions that were already in their logs (log.py,
+    WRITE_REFUSED_BACKOFF_MS)."""
+    cluster, full = faults.cluster, FULL_DISK_BROKER
+    disk = cluster.disks[full]
+    assert isinstance(disk, FullDisk)
+    faults.record("fill", f"b{full}'s data dir")
+    disk.fill()
+    await asyncio.sleep(FULL_LEADER_ALONE_S)
+    faults.isolate(cluster.broker_host(full), keep=[cluster.client])
+    others = [b for b in cluster.brokers if b != full]
+
+    async def moved() -> bool:
+        async with faults.admin(others) as admin:
+            states = (await admin.describe_topic(faults.topic)).partitions
+        return all(s.leader not in (full, -1) for s in states)
+
+    await faults.expect(f"b{full} leads nothing", moved, EFFECT_WITHIN_S)
+    await asyncio.sleep(HOLD_S)
+    faults.heal()
+    faults.record("free", f"b{full}'s data dir")
+    disk.free()
+
+
+# How long the full broker keeps leading before it is cut off: producers get storage errors.
+FULL_LEADER_ALONE_S: Final = 2.0
 FAILING_DISK_HOLD_S: Final = 4.0
 
 
@@ -386,6 +416,10 @@ SCENARIOS: Final[Mapping[str, Scenario]] = {
     "slow_lossy_links": Scenario(slow_lossy_links),
     "full_disk_on_a_follower": Scenario(
         full_disk_on_a_follower,
+        {FULL_DISK_BROKER: lambda directory: FullDisk(directory, FULL_DISK_BYTES)},
+    ),
+    "full_disk_on_a_leader": Scenario(
+        full_disk_on_a_leader,
         {FULL_DISK_BROKER: lambda directory: FullDisk(directory, FULL_DISK_BYTES)},
     ),
     "fsync_failure_on_the_leader": Scenario(

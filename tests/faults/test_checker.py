@@ -21,6 +21,7 @@ from tests.faults.checker import (
 )
 from tests.faults.history import (
     ERROR_CHARS_MAX,
+    NO_OFFSET,
     Ack,
     Event,
     Fail,
@@ -151,6 +152,20 @@ def test_an_acknowledged_value_on_another_partition_is_misplaced() -> None:
     verdict = check(ACKS, log)
     assert verdict.misplaced == (Misplaced("rb-0:000001", Position(1, 1), (Position(2, 0),)),)
     assert verdict.unacknowledged_present == 1  # "x"
+
+
+def test_a_value_acknowledged_without_an_offset_is_judged_by_its_partition() -> None:
+    """librdkafka acknowledges records of an earlier in-flight request without an offset once a
+    later one succeeded: present once in its partition is fine, absent is lost, twice is a
+    duplicate, on another partition is misplaced."""
+    implicit = [ack("ck-0:000007", 1, NO_OFFSET, "ck-0")]
+    assert check(implicit, {1: [(0, "ck-0:000007")]}).ok
+    assert [x.value for x in check(implicit, {1: []}).lost] == ["ck-0:000007"]
+    twice = check(implicit, {1: [(0, "ck-0:000007"), (1, "ck-0:000007")]})
+    assert [x.value for x in twice.duplicated] == ["ck-0:000007"]
+    assert twice.misplaced == ()
+    elsewhere = check(implicit, {0: [(0, "ck-0:000007")], 1: []})
+    assert [x.value for x in elsewhere.misplaced] == ["ck-0:000007"]
 
 
 def test_a_duplicate_with_no_copy_at_its_acknowledged_offset_is_also_misplaced() -> None:

@@ -1,4 +1,4 @@
-"""Disk faults: a follower's disk full, and the leader's disk failing fsync with EIO. Each runs
+"""Disk faults: a follower's or a leader's disk full, a leader's disk failing fsync. Each runs
 on a fresh cluster in network namespaces (tests/faults/scenarios.py, docs/faults.md); one
 module per kind, so that pytest-xdist runs the kinds side by side."""
 
@@ -13,6 +13,7 @@ pytestmark = pytest.mark.processes
 test_scenario = scenario_tests(
     [
         "full_disk_on_a_follower",
+        "full_disk_on_a_leader",
         "fsync_failure_on_the_leader",
     ]
 )

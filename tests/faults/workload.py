@@ -48,7 +48,7 @@ from riverbed import Admin, Consumer, Producer, TopicPartition
 from riverbed.client.accumulator import DeliveryFuture
 from riverbed.errors import KafkaError, KafkaTimeoutError, RetriableError
 
-from tests.faults.history import Ack, Fail, Header, HistoryWriter, Served, now_ms
+from tests.faults.history import NO_OFFSET, Ack, Fail, Header, HistoryWriter, Served, now_ms
 
 T = TypeVar("T")
 
@@ -373,8 +373,10 @@ class Workload:
             self._write_fail(name, value, error, known)
             return
         offset = message.offset()
-        if partition is None or offset is None:
-            raise RuntimeError(f"{name}: {value} acknowledged without a partition or offset")
+        if partition is None:
+            raise RuntimeError(f"{name}: {value} acknowledged without a partition")
+        if offset is None or offset < 0:
+            offset = NO_OFFSET  # acknowledged implicitly by librdkafka: see history.Ack
         self._write_ack(name, partition, offset, value)
 
     @staticmethod

@@ -241,6 +241,8 @@ class Partition:
         """Append validated batches; `now_ms` stamps them when the topic uses LogAppendTime.
         A retried idempotent batch already in the log is not appended: its offsets come back."""
         self.check_leader()
+        # A storage error before the sequence check: see log.WRITE_REFUSED_BACKOFF_MS.
+        self.log.check_writable()
         # check, append, on_append: no await in between, so no other append can interleave.
         duplicate = self.producer_state.check(headers)
         if duplicate is not None:

@@ -81,6 +81,14 @@ log = logging.getLogger(__name__)
 # Kafka encodes "no limit" for flush.messages / flush.ms as Long.MAX_VALUE.
 KAFKA_LONG_MAX = 2**63 - 1
 DELETED_DIR_SUFFIX = "-delete"
+# After the disk refused a write (ENOSPC, rolled back cleanly), leader appends are refused for
+# this long before anything else is checked (`check_writable`). A producer's next requests,
+# already in flight, would otherwise fail their sequence check (OUT_OF_ORDER_SEQUENCE_NUMBER:
+# the refused batch left a gap), which librdkafka answers by bumping its producer epoch and
+# renumbering every un-acknowledged record of every partition, including records that may
+# already be in a log: duplicates (librdkafka issue #4953). Kafka's log is offline after such a
+# failure, so its appends fail with KAFKA_STORAGE_ERROR before any sequence check too.
+WRITE_REFUSED_BACKOFF_MS = 1_000
 # The offset DeleteRecords moved the log start to, one integer, in the partition's directory.
 LOG_START_FILE = "log-start-offset-checkpoint"
 
@@ -214,6 +222,9 @@ class PartitionLog:
         # Why the log went offline (see the module docstring), and whom to tell, once: the lock
         # keeps it once when the owner and a background fsync fail together.
         self._offline_reason: str | None = None
+        # Until when leader appends are refused after a write the disk refused (see
+        # WRITE_REFUSED_BACKOFF_MS); 0: none refused lately.
+        self._writes_refused_until_ms = 0
         self._on_offline = on_offline
         self._offline_lock = threading.Lock()
         # How many segments the last open re-scanned (0 after a clean shutdown).
@@ -445,6 +456,16 @@ class PartitionLog:
             raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{self}: {problem}")
         return self._write(records, headers)
 
+    def check_writable(self) -> None:
+        """Raise KAFKA_STORAGE_ERROR while a write the disk refused is recent: called before a
+        leader append's producer sequences are checked (see WRITE_REFUSED_BACKOFF_MS)."""
+        self._check_usable()
+        if self._writes_refused_until_ms and self._now_ms() < self._writes_refused_until_ms:
+            raise KafkaError(
+                ErrorCode.KAFKA_STORAGE_ERROR,
+                f"{self}: the disk refused a write less than {WRITE_REFUSED_BACKOFF_MS} ms ago",
+            )
+
     def append_as_follower(self, records: memoryview, headers: list[BatchHeader]) -> AppendResult:
         """A follower's append: write batches fetched from the leader (CRC-checked by the caller
         with `validate_records`) byte for byte, with the leader's offsets and epochs.
@@ -482,6 +503,7 @@ class PartitionLog:
             self._go_offline(str(error))
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: {error}") from error
         except OSError as failure:
+            self._writes_refused_until_ms = now + WRITE_REFUSED_BACKOFF_MS
             raise KafkaError(
                 ErrorCode.KAFKA_STORAGE_ERROR, f"{self}: append failed: {failure}"
             ) from failure
