@@ -147,7 +147,9 @@ def random_schedule(rng: random.Random) -> Callable[[Faults], Awaitable[None]]:
                 await asyncio.sleep(gap_s)
             await asyncio.sleep(hold_s)
         finally:
-            for kind, heal in reversed(heals):
+            # Reverse order, but a full disk freed first: a killed broker restarting on it
+            # would refuse to start (a full data dir is a one-line startup error).
+            for kind, heal in sorted(reversed(heals), key=lambda pair: pair[0] != "fill_disk"):
                 faults.record("heal", kind)
                 await heal()
 
