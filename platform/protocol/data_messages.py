@@ -57,6 +57,16 @@ class ConsumerProtocolSubscription:
 
 
 @dataclass(slots=True)
+class EndTxnMarker:
+    """EndTxnMarker data schema, versions 0-0."""
+
+    LOWEST_SUPPORTED_VERSION: ClassVar[int] = 0
+    HIGHEST_SUPPORTED_VERSION: ClassVar[int] = 0
+
+    coordinator_epoch: int = 0
+
+
+@dataclass(slots=True)
 class GroupMetadataKey:
     """GroupMetadataKey data schema, versions 2-2."""
 
@@ -123,20 +133,65 @@ class OffsetCommitValue:
     expire_timestamp: int = -1
 
 
+@dataclass(slots=True)
+class TransactionLogKey:
+    """TransactionLogKey data schema, versions 0-0."""
+
+    LOWEST_SUPPORTED_VERSION: ClassVar[int] = 0
+    HIGHEST_SUPPORTED_VERSION: ClassVar[int] = 0
+
+    transactional_id: str = ""
+
+
+@dataclass(slots=True)
+class TransactionLogValue:
+    """TransactionLogValue data schema, versions 0-1."""
+
+    LOWEST_SUPPORTED_VERSION: ClassVar[int] = 0
+    HIGHEST_SUPPORTED_VERSION: ClassVar[int] = 1
+
+    @dataclass(slots=True)
+    class PartitionsSchema:
+        topic: str = ""
+        partition_ids: list[int] = field(default_factory=list)
+
+    producer_id: int = 0
+    # v1, tag 0
+    previous_producer_id: int = -1
+    # v1, tag 1
+    next_producer_id: int = -1
+    producer_epoch: int = 0
+    transaction_timeout_ms: int = 0
+    transaction_status: int = 0
+    transaction_partitions: list[TransactionLogValue.PartitionsSchema] | None = field(
+        default_factory=list
+    )
+    transaction_last_update_timestamp_ms: int = 0
+    transaction_start_timestamp_ms: int = 0
+    # v1, tag 2
+    client_transaction_version: int = 0
+
+
 DataBody = (
     ConsumerProtocolAssignment
     | ConsumerProtocolSubscription
+    | EndTxnMarker
     | GroupMetadataKey
     | GroupMetadataValue
     | OffsetCommitKey
     | OffsetCommitValue
+    | TransactionLogKey
+    | TransactionLogValue
 )
 
 DATA_CLASSES: dict[str, type[DataBody]] = {
     "ConsumerProtocolAssignment": ConsumerProtocolAssignment,
     "ConsumerProtocolSubscription": ConsumerProtocolSubscription,
+    "EndTxnMarker": EndTxnMarker,
     "GroupMetadataKey": GroupMetadataKey,
     "GroupMetadataValue": GroupMetadataValue,
     "OffsetCommitKey": OffsetCommitKey,
     "OffsetCommitValue": OffsetCommitValue,
+    "TransactionLogKey": TransactionLogKey,
+    "TransactionLogValue": TransactionLogValue,
 }

@@ -1092,6 +1092,199 @@ class OffsetForLeaderEpochResponse:
 
 
 @dataclass(slots=True)
+class AddPartitionsToTxnRequest:
+    """AddPartitionsToTxn request (API key 24), versions 0-3."""
+
+    API_KEY: ClassVar[int] = 24
+
+    @dataclass(slots=True)
+    class AddPartitionsToTxnTopic:
+        name: str = ""
+        partitions: list[int] = field(default_factory=list)
+
+    v3_and_below_transactional_id: str = ""
+    v3_and_below_producer_id: int = 0
+    v3_and_below_producer_epoch: int = 0
+    v3_and_below_topics: list[AddPartitionsToTxnRequest.AddPartitionsToTxnTopic] = field(
+        default_factory=list
+    )
+
+
+@dataclass(slots=True)
+class AddPartitionsToTxnResponse:
+    """AddPartitionsToTxn response (API key 24), versions 0-3."""
+
+    API_KEY: ClassVar[int] = 24
+
+    @dataclass(slots=True)
+    class TopicResult:
+        name: str = ""
+        results_by_partition: list[AddPartitionsToTxnResponse.PartitionResult] = field(
+            default_factory=list
+        )
+
+    @dataclass(slots=True)
+    class PartitionResult:
+        partition_index: int = 0
+        partition_error_code: int = 0
+
+    throttle_time_ms: int = 0
+    results_by_topic_v3_and_below: list[AddPartitionsToTxnResponse.TopicResult] = field(
+        default_factory=list
+    )
+
+
+@dataclass(slots=True)
+class AddOffsetsToTxnRequest:
+    """AddOffsetsToTxn request (API key 25), versions 0-3."""
+
+    API_KEY: ClassVar[int] = 25
+
+    transactional_id: str = ""
+    producer_id: int = 0
+    producer_epoch: int = 0
+    group_id: str = ""
+
+
+@dataclass(slots=True)
+class AddOffsetsToTxnResponse:
+    """AddOffsetsToTxn response (API key 25), versions 0-3."""
+
+    API_KEY: ClassVar[int] = 25
+
+    throttle_time_ms: int = 0
+    error_code: int = 0
+
+
+@dataclass(slots=True)
+class EndTxnRequest:
+    """EndTxn request (API key 26), versions 0-3."""
+
+    API_KEY: ClassVar[int] = 26
+
+    transactional_id: str = ""
+    producer_id: int = 0
+    producer_epoch: int = 0
+    committed: bool = False
+
+
+@dataclass(slots=True)
+class EndTxnResponse:
+    """EndTxn response (API key 26), versions 0-3."""
+
+    API_KEY: ClassVar[int] = 26
+
+    throttle_time_ms: int = 0
+    error_code: int = 0
+
+
+@dataclass(slots=True)
+class WriteTxnMarkersRequest:
+    """WriteTxnMarkers request (API key 27), versions 1-1."""
+
+    API_KEY: ClassVar[int] = 27
+
+    @dataclass(slots=True)
+    class WritableTxnMarker:
+        producer_id: int = 0
+        producer_epoch: int = 0
+        transaction_result: bool = False
+        topics: list[WriteTxnMarkersRequest.WritableTxnMarkerTopic] = field(default_factory=list)
+        coordinator_epoch: int = 0
+
+    @dataclass(slots=True)
+    class WritableTxnMarkerTopic:
+        name: str = ""
+        partition_indexes: list[int] = field(default_factory=list)
+
+    markers: list[WriteTxnMarkersRequest.WritableTxnMarker] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class WriteTxnMarkersResponse:
+    """WriteTxnMarkers response (API key 27), versions 1-1."""
+
+    API_KEY: ClassVar[int] = 27
+
+    @dataclass(slots=True)
+    class WritableTxnMarkerResult:
+        producer_id: int = 0
+        topics: list[WriteTxnMarkersResponse.WritableTxnMarkerTopicResult] = field(
+            default_factory=list
+        )
+
+    @dataclass(slots=True)
+    class WritableTxnMarkerTopicResult:
+        name: str = ""
+        partitions: list[WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult] = field(
+            default_factory=list
+        )
+
+    @dataclass(slots=True)
+    class WritableTxnMarkerPartitionResult:
+        partition_index: int = 0
+        error_code: int = 0
+
+    markers: list[WriteTxnMarkersResponse.WritableTxnMarkerResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TxnOffsetCommitRequest:
+    """TxnOffsetCommit request (API key 28), versions 0-3."""
+
+    API_KEY: ClassVar[int] = 28
+
+    @dataclass(slots=True)
+    class TxnOffsetCommitRequestTopic:
+        name: str = ""
+        partitions: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition] = field(
+            default_factory=list
+        )
+
+    @dataclass(slots=True)
+    class TxnOffsetCommitRequestPartition:
+        partition_index: int = 0
+        committed_offset: int = 0
+        # v2+
+        committed_leader_epoch: int = -1
+        committed_metadata: str | None = ""
+
+    transactional_id: str = ""
+    group_id: str = ""
+    producer_id: int = 0
+    producer_epoch: int = 0
+    # v3
+    generation_id: int = -1
+    # v3
+    member_id: str = ""
+    # v3
+    group_instance_id: str | None = None
+    topics: list[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TxnOffsetCommitResponse:
+    """TxnOffsetCommit response (API key 28), versions 0-3."""
+
+    API_KEY: ClassVar[int] = 28
+
+    @dataclass(slots=True)
+    class TxnOffsetCommitResponseTopic:
+        name: str = ""
+        partitions: list[TxnOffsetCommitResponse.TxnOffsetCommitResponsePartition] = field(
+            default_factory=list
+        )
+
+    @dataclass(slots=True)
+    class TxnOffsetCommitResponsePartition:
+        partition_index: int = 0
+        error_code: int = 0
+
+    throttle_time_ms: int = 0
+    topics: list[TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class DescribeAclsRequest:
     """DescribeAcls request (API key 29), versions 0-3."""
 
@@ -1670,6 +1863,122 @@ class DescribeClusterResponse:
     cluster_authorized_operations: int = -2147483648
 
 
+@dataclass(slots=True)
+class DescribeProducersRequest:
+    """DescribeProducers request (API key 61), versions 0-0."""
+
+    API_KEY: ClassVar[int] = 61
+
+    @dataclass(slots=True)
+    class TopicRequest:
+        name: str = ""
+        partition_indexes: list[int] = field(default_factory=list)
+
+    topics: list[DescribeProducersRequest.TopicRequest] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DescribeProducersResponse:
+    """DescribeProducers response (API key 61), versions 0-0."""
+
+    API_KEY: ClassVar[int] = 61
+
+    @dataclass(slots=True)
+    class TopicResponse:
+        name: str = ""
+        partitions: list[DescribeProducersResponse.PartitionResponse] = field(default_factory=list)
+
+    @dataclass(slots=True)
+    class PartitionResponse:
+        partition_index: int = 0
+        error_code: int = 0
+        error_message: str | None = None
+        active_producers: list[DescribeProducersResponse.ProducerState] = field(
+            default_factory=list
+        )
+
+    @dataclass(slots=True)
+    class ProducerState:
+        producer_id: int = 0
+        producer_epoch: int = 0
+        last_sequence: int = -1
+        last_timestamp: int = -1
+        coordinator_epoch: int = 0
+        current_txn_start_offset: int = -1
+
+    throttle_time_ms: int = 0
+    topics: list[DescribeProducersResponse.TopicResponse] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DescribeTransactionsRequest:
+    """DescribeTransactions request (API key 65), versions 0-0."""
+
+    API_KEY: ClassVar[int] = 65
+
+    transactional_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class DescribeTransactionsResponse:
+    """DescribeTransactions response (API key 65), versions 0-0."""
+
+    API_KEY: ClassVar[int] = 65
+
+    @dataclass(slots=True)
+    class TransactionState:
+        error_code: int = 0
+        transactional_id: str = ""
+        transaction_state: str = ""
+        transaction_timeout_ms: int = 0
+        transaction_start_time_ms: int = 0
+        producer_id: int = 0
+        producer_epoch: int = 0
+        topics: list[DescribeTransactionsResponse.TopicData] = field(default_factory=list)
+
+    @dataclass(slots=True)
+    class TopicData:
+        topic: str = ""
+        partitions: list[int] = field(default_factory=list)
+
+    throttle_time_ms: int = 0
+    transaction_states: list[DescribeTransactionsResponse.TransactionState] = field(
+        default_factory=list
+    )
+
+
+@dataclass(slots=True)
+class ListTransactionsRequest:
+    """ListTransactions request (API key 66), versions 0-1."""
+
+    API_KEY: ClassVar[int] = 66
+
+    state_filters: list[str] = field(default_factory=list)
+    producer_id_filters: list[int] = field(default_factory=list)
+    # v1
+    duration_filter: int = -1
+
+
+@dataclass(slots=True)
+class ListTransactionsResponse:
+    """ListTransactions response (API key 66), versions 0-1."""
+
+    API_KEY: ClassVar[int] = 66
+
+    @dataclass(slots=True)
+    class TransactionState:
+        transactional_id: str = ""
+        producer_id: int = 0
+        transaction_state: str = ""
+
+    throttle_time_ms: int = 0
+    error_code: int = 0
+    unknown_state_filters: list[str] = field(default_factory=list)
+    transaction_states: list[ListTransactionsResponse.TransactionState] = field(
+        default_factory=list
+    )
+
+
 RequestBody = (
     ProduceRequest
     | FetchRequest
@@ -1692,6 +2001,11 @@ RequestBody = (
     | DeleteRecordsRequest
     | InitProducerIdRequest
     | OffsetForLeaderEpochRequest
+    | AddPartitionsToTxnRequest
+    | AddOffsetsToTxnRequest
+    | EndTxnRequest
+    | WriteTxnMarkersRequest
+    | TxnOffsetCommitRequest
     | DescribeAclsRequest
     | CreateAclsRequest
     | DeleteAclsRequest
@@ -1706,6 +2020,9 @@ RequestBody = (
     | AlterPartitionReassignmentsRequest
     | ListPartitionReassignmentsRequest
     | DescribeClusterRequest
+    | DescribeProducersRequest
+    | DescribeTransactionsRequest
+    | ListTransactionsRequest
 )
 ResponseBody = (
     ProduceResponse
@@ -1729,6 +2046,11 @@ ResponseBody = (
     | DeleteRecordsResponse
     | InitProducerIdResponse
     | OffsetForLeaderEpochResponse
+    | AddPartitionsToTxnResponse
+    | AddOffsetsToTxnResponse
+    | EndTxnResponse
+    | WriteTxnMarkersResponse
+    | TxnOffsetCommitResponse
     | DescribeAclsResponse
     | CreateAclsResponse
     | DeleteAclsResponse
@@ -1743,6 +2065,9 @@ ResponseBody = (
     | AlterPartitionReassignmentsResponse
     | ListPartitionReassignmentsResponse
     | DescribeClusterResponse
+    | DescribeProducersResponse
+    | DescribeTransactionsResponse
+    | ListTransactionsResponse
 )
 
 REQUEST_CLASSES: dict[int, type[RequestBody]] = {
@@ -1767,6 +2092,11 @@ REQUEST_CLASSES: dict[int, type[RequestBody]] = {
     21: DeleteRecordsRequest,
     22: InitProducerIdRequest,
     23: OffsetForLeaderEpochRequest,
+    24: AddPartitionsToTxnRequest,
+    25: AddOffsetsToTxnRequest,
+    26: EndTxnRequest,
+    27: WriteTxnMarkersRequest,
+    28: TxnOffsetCommitRequest,
     29: DescribeAclsRequest,
     30: CreateAclsRequest,
     31: DeleteAclsRequest,
@@ -1781,6 +2111,9 @@ REQUEST_CLASSES: dict[int, type[RequestBody]] = {
     45: AlterPartitionReassignmentsRequest,
     46: ListPartitionReassignmentsRequest,
     60: DescribeClusterRequest,
+    61: DescribeProducersRequest,
+    65: DescribeTransactionsRequest,
+    66: ListTransactionsRequest,
 }
 
 RESPONSE_CLASSES: dict[int, type[ResponseBody]] = {
@@ -1805,6 +2138,11 @@ RESPONSE_CLASSES: dict[int, type[ResponseBody]] = {
     21: DeleteRecordsResponse,
     22: InitProducerIdResponse,
     23: OffsetForLeaderEpochResponse,
+    24: AddPartitionsToTxnResponse,
+    25: AddOffsetsToTxnResponse,
+    26: EndTxnResponse,
+    27: WriteTxnMarkersResponse,
+    28: TxnOffsetCommitResponse,
     29: DescribeAclsResponse,
     30: CreateAclsResponse,
     31: DeleteAclsResponse,
@@ -1819,4 +2157,7 @@ RESPONSE_CLASSES: dict[int, type[ResponseBody]] = {
     45: AlterPartitionReassignmentsResponse,
     46: ListPartitionReassignmentsResponse,
     60: DescribeClusterResponse,
+    61: DescribeProducersResponse,
+    65: DescribeTransactionsResponse,
+    66: ListTransactionsResponse,
 }

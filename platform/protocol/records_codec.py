@@ -18,6 +18,7 @@ from riverbed.protocol.record_types import Record, TopicPartition
 from riverbed.protocol.records_fast import append_records, decode_records
 from riverbed.protocol.records_header import (
     ATTRIBUTES_POSITION,
+    CONTROL_MASK,
     CRC_POSITION,
     HEADER_STRUCT,
     LOG_OVERHEAD,
@@ -52,6 +53,7 @@ def encode_batch(
     partition_leader_epoch: int = -1,
     timestamp_type: int = 0,
     is_transactional: bool = False,
+    is_control: bool = False,
 ) -> bytes:
     """Build one v2 batch holding `records` (key, value, headers, timestamp_ms) at offsets
     base_offset, base_offset + 1, ...; the records section is compressed as `compression`."""
@@ -70,6 +72,8 @@ def encode_batch(
     attributes = compression | (timestamp_type << 3 & TIMESTAMP_TYPE_MASK)
     if is_transactional:
         attributes |= TRANSACTIONAL_MASK
+    if is_control:
+        attributes |= CONTROL_MASK
     HEADER_STRUCT.pack_into(
         out,
         0,

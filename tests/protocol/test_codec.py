@@ -43,6 +43,7 @@ with warnings.catch_warnings():
     from kafka.protocol.admin import configs as kp_configs
     from kafka.protocol.admin import groups as kp_admin_groups
     from kafka.protocol.admin import topics as kp_topics
+    from kafka.protocol.admin import transactions as kp_admin_transactions
     from kafka.protocol.consumer import fetch as kp_fetch
     from kafka.protocol.consumer import group as kp_group
     from kafka.protocol.consumer import offsets as kp_offsets
@@ -159,6 +160,11 @@ def test_supported_api_versions() -> None:
         21: (0, 2),
         22: (0, 4),
         23: (2, 4),
+        24: (0, 3),
+        25: (0, 3),
+        26: (0, 3),
+        27: (1, 1),
+        28: (0, 3),
         29: (0, 3),
         30: (0, 3),
         31: (0, 3),
@@ -173,6 +179,9 @@ def test_supported_api_versions() -> None:
         45: (0, 0),
         46: (0, 0),
         60: (0, 2),
+        61: (0, 0),
+        65: (0, 0),
+        66: (0, 1),
     }
 
 
@@ -204,6 +213,14 @@ def test_flexible_versions() -> None:
         "Heartbeat": 4,
         "LeaveGroup": 4,
         "SyncGroup": 4,
+        "AddPartitionsToTxn": 3,
+        "AddOffsetsToTxn": 3,
+        "EndTxn": 3,
+        "WriteTxnMarkers": 1,
+        "TxnOffsetCommit": 3,
+        "DescribeProducers": 0,
+        "DescribeTransactions": 0,
+        "ListTransactions": 0,
         "DescribeGroups": 5,
         "ListGroups": 3,
         "DeleteGroups": 2,
@@ -275,7 +292,24 @@ KAFKA_PYTHON_CLASSES: dict[int, tuple[Any, Any]] = {
         kp_topics.ListPartitionReassignmentsRequest,
         kp_topics.ListPartitionReassignmentsResponse,
     ),
+    24: (kp_transaction.AddPartitionsToTxnRequest, kp_transaction.AddPartitionsToTxnResponse),
+    25: (kp_transaction.AddOffsetsToTxnRequest, kp_transaction.AddOffsetsToTxnResponse),
+    26: (kp_transaction.EndTxnRequest, kp_transaction.EndTxnResponse),
+    27: (kp_transaction.WriteTxnMarkersRequest, kp_transaction.WriteTxnMarkersResponse),
+    28: (kp_transaction.TxnOffsetCommitRequest, kp_transaction.TxnOffsetCommitResponse),
     60: (kp_cluster.DescribeClusterRequest, kp_cluster.DescribeClusterResponse),
+    61: (
+        kp_admin_transactions.DescribeProducersRequest,
+        kp_admin_transactions.DescribeProducersResponse,
+    ),
+    65: (
+        kp_admin_transactions.DescribeTransactionsRequest,
+        kp_admin_transactions.DescribeTransactionsResponse,
+    ),
+    66: (
+        kp_admin_transactions.ListTransactionsRequest,
+        kp_admin_transactions.ListTransactionsResponse,
+    ),
 }
 # Broker-to-controller APIs kafka-python does not implement: checked by round trips and by the
 # brokers' own use of them in the cluster tests.

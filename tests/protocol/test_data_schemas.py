@@ -78,6 +78,9 @@ def test_data_schemas_and_their_versions() -> None:
         "OffsetCommitKey": (0, 1, None),
         "OffsetCommitValue": (0, 4, 4),
         "GroupMetadataKey": (2, 2, None),
+        "TransactionLogKey": (0, 0, None),
+        "TransactionLogValue": (0, 1, 1),
+        "EndTxnMarker": (0, 0, None),
         "GroupMetadataValue": (0, 4, 4),
     }
     assert set(DATA_CLASSES) == set(SPECS)
