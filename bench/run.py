@@ -31,6 +31,7 @@ from bench import (
     startup,
     tiering,
     tls,
+    transactions,
 )
 from bench.machine import machine_info
 from bench.options import BenchOptions, BenchResult
@@ -47,6 +48,7 @@ BENCHMARKS: dict[str, Callable[[BenchOptions], BenchResult]] = {
     tls.NAME: tls.run,
     authorizer.NAME: authorizer.run,
     partition_scale.NAME: partition_scale.run,
+    transactions.NAME: transactions.run,
 }
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 # Scratch data dirs live here (git-ignored): on the repository's disk, deleted after each run.

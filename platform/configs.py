@@ -495,6 +495,24 @@ BROKER_ONLY_CONFIG_DEFS: Final[tuple[ConfigDef, ...]] = (
               "offsets are removed", at_least(1)),
     ConfigDef("offset.metadata.max.bytes", _T.INT, 4096, "longest metadata string of a commit",
               at_least(0)),
+    ConfigDef("transaction.state.log.num.partitions", _T.INT, 50, "partitions of "
+              "__transaction_state (fixed once the topic exists)", at_least(1)),
+    ConfigDef("transaction.state.log.replication.factor", _T.INT, 3, "replication factor of "
+              "__transaction_state; it is not created until this many brokers are up",
+              at_least(1)),
+    ConfigDef("transaction.state.log.min.isr", _T.INT, 2, "min.insync.replicas of "
+              "__transaction_state", at_least(1)),
+    ConfigDef("transaction.state.log.segment.bytes", _T.INT, 104857600, "segment size of "
+              "__transaction_state", at_least(SEGMENT_BYTES_MIN)),
+    ConfigDef("transaction.max.timeout.ms", _T.INT, 900000, "longest transaction.timeout.ms a "
+              "transactional producer may ask for (INVALID_TRANSACTION_TIMEOUT above it)",
+              at_least(1)),
+    ConfigDef("transactional.id.expiration.ms", _T.INT, 604800000, "a transactional id without "
+              "a transaction for this long is forgotten", at_least(1)),
+    ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", _T.INT, 10000,
+              "how often transactions open beyond their timeout are aborted", at_least(1)),
+    ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", _T.INT, 3600000,
+              "how often expired transactional ids are removed", at_least(1)),
     ConfigDef("group.min.session.timeout.ms", _T.INT, 6000, "shortest session.timeout.ms a "
               "member may ask for", at_least(1)),
     ConfigDef("group.max.session.timeout.ms", _T.INT, 1800000, "longest session.timeout.ms a "
@@ -747,6 +765,14 @@ class BrokerConfig:
     offsets_retention_minutes: int
     offsets_retention_check_interval_ms: int
     offset_metadata_max_bytes: int
+    transaction_state_log_num_partitions: int
+    transaction_state_log_replication_factor: int
+    transaction_state_log_min_isr: int
+    transaction_state_log_segment_bytes: int
+    transaction_max_timeout_ms: int
+    transactional_id_expiration_ms: int
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int
+    transaction_remove_expired_transaction_cleanup_interval_ms: int
     group_min_session_timeout_ms: int
     group_max_session_timeout_ms: int
     group_initial_rebalance_delay_ms: int

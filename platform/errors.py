@@ -52,7 +52,10 @@ __all__ = [
     "ThrottlingQuotaExceededError",
     "TopicAlreadyExistsError",
     "TopicError",
+    "TransactionAbortableError",
+    "TransactionAbortedError",
     "TransactionError",
+    "TransactionFatalError",
     "UnknownProducerIdError",
     "UnknownServerError",
     "UnknownTopicOrPartitionError",
@@ -156,8 +159,34 @@ class IdempotenceError(KafkaError):
     """A producer id, epoch or sequence number was refused."""
 
 
-class ProducerFencedError(IdempotenceError):
-    """INVALID_PRODUCER_EPOCH / PRODUCER_FENCED: a newer instance of this producer exists."""
+class TransactionError(KafkaError):
+    """A transactional request was refused, or a transaction cannot go on (see the subclasses
+    for what the application does next)."""
+
+
+class TransactionFatalError(TransactionError):
+    """The transactional producer cannot continue (authorization, an invalid state, a broker
+    without transactions): close it. Kafka's "fatal" class; `__cause__` is the broker's error."""
+
+
+class TransactionAbortableError(TransactionError):
+    """The current transaction cannot commit (a record was refused, an offset commit failed):
+    call abort_transaction(), then begin a new one. Kafka's "abortable" class; `.code` and
+    `__cause__` are the underlying error."""
+
+
+class TransactionAbortedError(TransactionError):
+    """The record was dropped unsent because its transaction was aborted (no broker error:
+    `.code` is NONE)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.NONE, message)
+        self.args = (message,)
+
+
+class ProducerFencedError(IdempotenceError, TransactionFatalError):
+    """INVALID_PRODUCER_EPOCH / PRODUCER_FENCED: a newer instance of this producer exists (a
+    producer with the same transactional id called init_transactions()); fatal: close it."""
 
 
 class OutOfOrderSequenceError(IdempotenceError):
@@ -170,10 +199,6 @@ class DuplicateSequenceError(IdempotenceError):
 
 class UnknownProducerIdError(IdempotenceError):
     """UNKNOWN_PRODUCER_ID: the broker has no state for this producer id."""
-
-
-class TransactionError(KafkaError):
-    """A transactional request was refused (Riverbed has no transaction coordinator)."""
 
 
 class ConcurrentTransactionsError(TransactionError, RetriableError):

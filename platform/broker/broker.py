@@ -2,11 +2,12 @@
 
 Startup order matters and follows Kafka's: load and recover the local logs (nothing can be
 served before they are consistent), then join the cluster in ZooKeeper, apply the metadata (open
-the partitions this broker hosts; leading a `__consumer_offsets` partition starts loading its
-groups) and only then bind the listener — so a client that can connect gets correct answers.
-The logs load on a worker thread while the ZooKeeper session opens and the metadata is read
-(neither touches a log), and the broker registers only once they are loaded. Shutdown runs the
-other way round and ends with a clean-shutdown marker.
+the partitions this broker hosts; leading a `__consumer_offsets` or `__transaction_state`
+partition starts loading its groups or transactions) and only then bind the listener — so a
+client that can connect gets correct answers. The logs load on a worker thread while the
+ZooKeeper session opens and the metadata is read (neither touches a log), and the broker
+registers only once they are loaded. Shutdown runs the other way round and ends with a
+clean-shutdown marker.
 
 A failed data directory (a log in it went offline: a failed fsync, an append that could not be
 undone) stops the broker as Kafka's last failed log dir does: one CRITICAL event, the ZooKeeper
@@ -36,6 +37,8 @@ from riverbed.broker.metrics_state import BrokerStateCollector
 from riverbed.broker.network.server import AuthenticatorFactory, KafkaServer, ServerLimits
 from riverbed.broker.partition_roles import PartitionRoles, log_config
 from riverbed.broker.stray_logs import StrayLogs
+from riverbed.broker.transactions.coordinator import TransactionCoordinator
+from riverbed.broker.transactions.markers import MarkerChannel
 from riverbed.common.log_events import event
 from riverbed.configs import (
     CONFIG_RULES,
@@ -191,6 +194,20 @@ class Broker:
         groups = GroupCoordinator(config, self._cache, self._store, partitions, wall_clock_ms)
         groups.start()
         stack.push_async_callback(groups.close)
+        # One producer id allocator: idempotent and transactional producers share its blocks.
+        producer_id_allocator = ProducerIdAllocator(self._zk, config.broker_id)
+        # Like the groups: started before the metadata is applied, closed before the logs.
+        transactions = TransactionCoordinator(
+            config,
+            self._cache,
+            self._store,
+            partitions,
+            producer_id_allocator,
+            MarkerChannel(self._dialer, config.broker_id),
+            wall_clock_ms,
+        )
+        transactions.start()
+        stack.push_async_callback(transactions.close)
         # What clients are told to dial (advertised.listeners), not what this process binds.
         advertised_host, advertised_port = config.advertised_host_port
         self._ctx = BrokerContext(
@@ -201,9 +218,10 @@ class Broker:
             cache=self._cache,
             store=self._store,
             partitions=partitions,
-            producer_ids=ProducerIdIssuer(ProducerIdAllocator(self._zk, config.broker_id)),
+            producer_ids=ProducerIdIssuer(producer_id_allocator),
             isr_manager=isr_manager,
             groups=groups,
+            transactions=transactions,
             metrics=metrics,
             controller=self._controller,
             fetch_sessions=FetchSessionCache(
@@ -307,6 +325,7 @@ class Broker:
             # Before the server drains: JoinGroup and SyncGroup calls parked in rebalances are
             # answered NOT_COORDINATOR now rather than cut off after the server's grace period.
             await self._ctx.groups.close()
+            await self._ctx.transactions.close()
         await self._exit_stack.aclose()
         event(log, logging.INFO, "broker.stopped", broker=self.config.broker_id)
 

@@ -26,6 +26,7 @@ from riverbed.broker.handlers.delete_records import handle_delete_records
 from riverbed.broker.handlers.describe_cluster import handle_describe_cluster
 from riverbed.broker.handlers.describe_configs import handle_describe_configs
 from riverbed.broker.handlers.describe_log_dirs import handle_describe_log_dirs
+from riverbed.broker.handlers.describe_producers import handle_describe_producers
 from riverbed.broker.handlers.fetch import handle_fetch
 from riverbed.broker.handlers.find_coordinator import handle_find_coordinator
 from riverbed.broker.handlers.groups import (
@@ -49,6 +50,15 @@ from riverbed.broker.handlers.reassignments import (
     handle_elect_leaders,
     handle_list_partition_reassignments,
 )
+from riverbed.broker.handlers.transactions import (
+    handle_add_offsets_to_txn,
+    handle_add_partitions_to_txn,
+    handle_describe_transactions,
+    handle_end_txn,
+    handle_list_transactions,
+)
+from riverbed.broker.handlers.txn_offset_commit import handle_txn_offset_commit
+from riverbed.broker.handlers.write_txn_markers import handle_write_txn_markers
 from riverbed.broker.network.response_queue import Deferred, Response
 from riverbed.protocol import messages as m
 from riverbed.protocol.connection import RequestHeader, encode_response
@@ -122,7 +132,17 @@ class Dispatcher:
             case m.IncrementalAlterConfigsRequest():
                 return await handle_incremental_alter_configs(ctx, body, access)
             case m.InitProducerIdRequest():
-                return await handle_init_producer_id(ctx, body, access)
+                return await handle_init_producer_id(ctx, body, version, access)
+            case m.AddPartitionsToTxnRequest():
+                return await handle_add_partitions_to_txn(ctx, body, version, access)
+            case m.AddOffsetsToTxnRequest():
+                return await handle_add_offsets_to_txn(ctx, body, version, access)
+            case m.EndTxnRequest():
+                return await handle_end_txn(ctx, body, version, access)
+            case m.DescribeTransactionsRequest():
+                return await handle_describe_transactions(ctx, body, access)
+            case m.ListTransactionsRequest():
+                return await handle_list_transactions(ctx, body, access)
             case m.ControlledShutdownRequest():
                 return await handle_controlled_shutdown(ctx, body, access)
             case m.OffsetForLeaderEpochRequest():
@@ -131,6 +151,8 @@ class Dispatcher:
                 return await handle_offset_commit(ctx, body, access)
             case m.OffsetFetchRequest():
                 return await handle_offset_fetch(ctx, body, version, access)
+            case m.TxnOffsetCommitRequest():
+                return await handle_txn_offset_commit(ctx, body, version, access)
             case m.JoinGroupRequest():
                 # Kafka names a member's host as Java's InetAddress.toString() does: "/<ip>".
                 client_id = header.client_id or ""
@@ -167,6 +189,10 @@ class Dispatcher:
                 return await handle_create_acls(ctx, body, access)
             case m.DeleteAclsRequest():
                 return await handle_delete_acls(ctx, body, access)
+            case m.WriteTxnMarkersRequest():
+                return await handle_write_txn_markers(ctx, body, access)
+            case m.DescribeProducersRequest():
+                return await handle_describe_producers(ctx, body, access)
             case m.SaslHandshakeRequest() | m.SaslAuthenticateRequest():
                 # SASL listeners answer these in the server's authenticator; here they came on a
                 # listener without SASL: ILLEGAL_SASL_STATE, as Kafka's request handlers answer.

@@ -161,6 +161,7 @@ class PartitionRoles:
         except KafkaError as error:  # one failing disk must not stop the others
             log.error("%s: cannot take its role: %s", partition, error)
         ctx.groups.on_partition_role(partition)
+        ctx.transactions.on_partition_role(partition)
 
     def _drop(self, topic: str, index: int) -> None:
         removed = self._ctx.partitions.get(topic, index)
@@ -178,6 +179,7 @@ class PartitionRoles:
         self._fetchers.unfollow(partition)
         ctx.partitions.remove(partition.topic, partition.index, delete_data=delete_data)
         ctx.groups.on_partition_role(partition)  # closed: it leads no more
+        ctx.transactions.on_partition_role(partition)
 
     def _same_topic(self, topic: str, topic_id: uuid.UUID | None) -> bool:
         """Whether the metadata still holds the topic of that name and id."""

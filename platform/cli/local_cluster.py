@@ -280,6 +280,9 @@ class _Supervisor:
             # factor (3); a local cluster of one or two brokers would have no consumer groups.
             # Like Kafka's single-broker sample config, size it to the cluster unless --set.
             "offsets.topic.replication.factor": str(min(3, self.spec.broker_count)),
+            # The same for __transaction_state, whose min.insync.replicas (2) must fit it too.
+            "transaction.state.log.replication.factor": str(min(3, self.spec.broker_count)),
+            "transaction.state.log.min.isr": str(min(2, self.spec.broker_count)),
             # The embedded cold tier: one directory every broker shares, under the data dir.
             "remote.storage.url": f"file://{self.data_dir / COLD_TIER_DIR}",
             **self.spec.settings,

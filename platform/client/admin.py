@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +70,7 @@ OFFSET_SPECS: Final[Mapping[str, int]] = {
 # ListOffsets from a client, not a follower replica.
 CONSUMER_REPLICA_ID: Final = -1
 READ_UNCOMMITTED: Final = 0
+READ_COMMITTED: Final = 1
 # IncrementalAlterConfigs' operations (Kafka's AlterConfigOp.OpType ids).
 SET: Final = 0
 DELETE: Final = 1
@@ -86,6 +88,9 @@ RETRIABLE: Final = (
 LIST_OFFSETS_RETRIABLE: Final = (*RETRIABLE, OffsetNotAvailableError)
 # A group's requests also retry a coordinator that moved, is not up yet or is loading its groups.
 GROUP_RETRIABLE: Final = (*RETRIABLE, CoordinatorError)
+# OffsetFetch requiring stable offsets also retries UNSTABLE_OFFSET_COMMIT (an
+# OffsetNotAvailableError): a transaction holds the offset pending until its markers are written.
+STABLE_OFFSETS_RETRIABLE: Final = (*GROUP_RETRIABLE, OffsetNotAvailableError)
 # FindCoordinator's key type for a group id (1 is a transactional id).
 GROUP_KEY_TYPE: Final = 0
 # First versions answering in the batched shape (KIP-699, KIP-709) and filtering by state (KIP-518).
@@ -531,17 +536,26 @@ class Admin(AsyncClient):
 
     # -- offsets --------------------------------------------------------------------------
     async def list_offsets(
-        self, specs: Mapping[TopicPartition, OffsetSpec]
+        self,
+        specs: Mapping[TopicPartition, OffsetSpec],
+        *,
+        isolation_level: Literal["read_uncommitted", "read_committed"] = "read_uncommitted",
     ) -> dict[TopicPartition, OffsetAndTimestamp]:
         """For each partition, the offset of "earliest" (the log start), "latest" (the high
         watermark), "max_timestamp" (the record with the largest timestamp), "earliest_local"
         (the start of the leader's local log, KIP-405), "latest_tiered" (the last offset in the
         cold tier, -1 if none, KIP-1005) or, for an int timestamp in ms, the first record at or
         after it. Asks each partition's leader; OFFSET_NOT_AVAILABLE (a new leader still
-        catching up, KIP-207) is retried like a moved leader, up to request_timeout_ms."""
+        catching up, KIP-207) is retried like a moved leader, up to request_timeout_ms. At
+        `isolation_level="read_committed"` (Kafka's ListOffsetsOptions) "latest" is the last
+        stable offset, and timestamps find only records below it."""
         timestamps = {tp: _timestamp_of(tp, spec) for tp, spec in specs.items()}
+        code = READ_COMMITTED if isolation_level == "read_committed" else READ_UNCOMMITTED
         return await self._at_leaders(
-            "listing offsets", timestamps, self._list_offsets_at, LIST_OFFSETS_RETRIABLE
+            "listing offsets",
+            timestamps,
+            functools.partial(self._list_offsets_at, isolation_level=code),
+            LIST_OFFSETS_RETRIABLE,
         )
 
     async def delete_records(
@@ -620,7 +634,11 @@ class Admin(AsyncClient):
         )
 
     async def _list_offsets_at(
-        self, connection: BrokerConnection, wanted: Mapping[TopicPartition, int]
+        self,
+        connection: BrokerConnection,
+        wanted: Mapping[TopicPartition, int],
+        *,
+        isolation_level: int,
     ) -> dict[TopicPartition, OffsetAndTimestamp]:
         """One ListOffsets request to one leader. Partitions it answered with an error are left
         out and the first error is raised after the others are collected."""
@@ -635,7 +653,7 @@ class Admin(AsyncClient):
             )
         request = m.ListOffsetsRequest(
             replica_id=CONSUMER_REPLICA_ID,
-            isolation_level=READ_UNCOMMITTED,
+            isolation_level=isolation_level,
             topics=[
                 m.ListOffsetsRequest.ListOffsetsTopic(name=name, partitions=partitions)
                 for name, partitions in topics.items()
@@ -880,10 +898,17 @@ class Admin(AsyncClient):
         return await self._at_coordinator(group_id, f"describing group {group_id!r}", attempt)
 
     async def list_group_offsets(
-        self, group_id: str, partitions: Collection[TopicPartition] | None = None
+        self,
+        group_id: str,
+        partitions: Collection[TopicPartition] | None = None,
+        *,
+        require_stable: bool = False,
     ) -> dict[TopicPartition, OffsetAndMetadata]:
         """The group's committed offsets in `partitions`, or (None) in every partition it has
-        committed, sorted by partition. Partitions without a committed offset are left out."""
+        committed, sorted by partition. Partitions without a committed offset are left out.
+        With `require_stable` (Kafka's ListConsumerGroupOffsetsOptions.requireStable, KIP-447)
+        an offset that a transaction still holds pending is waited for (UNSTABLE_OFFSET_COMMIT
+        is retried, up to request_timeout_ms) rather than answered with the last one before."""
         by_topic = None if partitions is None else _partitions_by_topic(partitions)
         Fetch = m.OffsetFetchRequest
         request = Fetch(
@@ -904,7 +929,7 @@ class Admin(AsyncClient):
                     ],
                 )
             ],
-            require_stable=False,  # Riverbed has no transactions: no offset is ever pending
+            require_stable=require_stable,
         )
 
         async def attempt(
@@ -921,7 +946,10 @@ class Admin(AsyncClient):
             return _committed_offsets(group_id, response.topics)
 
         return await self._at_coordinator(
-            group_id, f"fetching the offsets of group {group_id!r}", attempt
+            group_id,
+            f"fetching the offsets of group {group_id!r}",
+            attempt,
+            STABLE_OFFSETS_RETRIABLE if require_stable else GROUP_RETRIABLE,
         )
 
     async def alter_group_offsets(
@@ -997,10 +1025,12 @@ class Admin(AsyncClient):
         group_id: str,
         what: str,
         attempt: Callable[[BrokerConnection, int], Awaitable[T]],
+        retriable: tuple[type[BaseException], ...] = GROUP_RETRIABLE,
     ) -> T:
         """`attempt(connection, node_id)` at the group's coordinator, retried (see `_retrying`)
-        while the coordinator is unknown, moving or loading. A coordinator that failed for any
-        other retriable reason is looked up again with FindCoordinator."""
+        while the coordinator is unknown, moving or loading, or fails with another of the
+        `retriable` errors. A coordinator that failed for any other retriable reason is looked
+        up again with FindCoordinator."""
 
         async def routed() -> T:
             try:
@@ -1015,7 +1045,7 @@ class Admin(AsyncClient):
                     self._coordinators.pop(group_id, None)
                 raise
 
-        return await self._retrying(what, routed, GROUP_RETRIABLE)
+        return await self._retrying(what, routed, retriable)
 
     async def _coordinator(self, group_id: str) -> int:
         """The node id of the group's coordinator: the one found before, else FindCoordinator's

@@ -54,7 +54,12 @@ from riverbed.client.positions import (
     Positions,
 )
 from riverbed.client.settings import ConsumerSettings
-from riverbed.client.types import OffsetAndMetadata, Record, TopicPartition
+from riverbed.client.types import (
+    ConsumerGroupMetadata,
+    OffsetAndMetadata,
+    Record,
+    TopicPartition,
+)
 from riverbed.errors import ClientClosedError, GroupError
 from riverbed.protocol.errors import ErrorCode
 
@@ -180,6 +185,21 @@ class Consumer(AsyncClient):
     def generation_id(self) -> int:
         """The group generation this consumer belongs to; -1 outside one."""
         return NO_GENERATION if self._group is None else self._group.member.generation.generation_id
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The group, generation, member id and group instance id of this consumer, for a
+        transactional producer's send_offsets_to_transaction() (KIP-447: the group coordinator
+        refuses offsets from a member of an older generation). Read it after the getmany()
+        that returned the records the offsets cover."""
+        group_id = self.settings.group_id
+        if group_id is None:
+            raise GroupError(ErrorCode.INVALID_GROUP_ID, "group_metadata() needs a group_id")
+        return ConsumerGroupMetadata(
+            group_id=group_id,
+            generation_id=self.generation_id,
+            member_id=self.member_id or "",
+            group_instance_id=self.settings.group_instance_id,
+        )
 
     def subscription(self) -> frozenset[str]:
         """The topics subscribed (for a pattern: those it matched at the last metadata check)."""

@@ -9,14 +9,31 @@ appends the record to that partition's open batch and returns a `DeliveryFuture`
 when it must: for buffer space (buffer.memory, backpressure) or for the first metadata of a
 topic, each for at most max.block.ms. Cancelling a task while it waits there leaves nothing
 behind: the record is appended only after the last await, in one synchronous step.
+
+With a `transactional_id` the producer is transactional (KIP-98):
+
+    async with Producer(bootstrap_servers=..., transactional_id="orders-enricher-1") as producer:
+        await producer.init_transactions()  # fences older producers with the same id
+        async with producer.transaction():  # commits at the end, aborts on an exception
+            await producer.send("orders", b"value")
+            await producer.send_offsets_to_transaction(offsets, consumer.group_metadata())
+
+The state machine is `transactions.TransactionManager`; the coordinators' requests are
+`txn_coordinator.TxnCoordinatorClient`; the sender adds partitions to the transaction before
+their first batch goes out. send() outside a transaction raises; so does every call after a
+fatal error (`ProducerFencedError`, `TransactionFatalError`); after an abortable one
+(`TransactionAbortableError`) only abort_transaction() goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from riverbed.client.accumulator import (
     SMALL_LENGTH_BYTES,
@@ -32,19 +49,38 @@ from riverbed.client.accumulator import (
 from riverbed.client.lifecycle import AsyncClient
 from riverbed.client.partitioner import StickyPartitioner, partition_for_key
 from riverbed.client.pool import BrokerPool
-from riverbed.client.sender import Sender
+from riverbed.client.sender import NO_PRODUCER_ID, ProducerIdentity, Sender
 from riverbed.client.settings import ProducerSettings
-from riverbed.client.types import Headers, RecordMetadata
+from riverbed.client.transactions import (
+    TransactionManager,
+    TransactionStateError,
+    TxnAction,
+    TxnState,
+)
+from riverbed.client.txn_coordinator import TxnCoordinatorClient
+from riverbed.client.types import (
+    ConsumerGroupMetadata,
+    Headers,
+    OffsetAndMetadata,
+    RecordMetadata,
+    TopicPartition,
+)
 from riverbed.errors import (
     ClientClosedError,
     KafkaTimeoutError,
     MessageTooLargeError,
     RetriableError,
+    TransactionAbortableError,
+    TransactionFatalError,
     error_for,
 )
 from riverbed.protocol.errors import ErrorCode, KafkaError
 
-__all__ = ["DeliveryFuture", "Producer", "ProducerStatus"]
+__all__ = ["DeliveryFuture", "Producer", "ProducerStatus", "TxnState"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+NO_EPOCH = -1
 
 _time_ns = time.time_ns  # one lookup less per record
 
@@ -60,6 +96,7 @@ class ProducerStatus:
     producer_epoch: int
     connected_brokers: frozenset[int]
     closed: bool
+    transaction_state: TxnState | None = None  # None: not transactional
 
 
 class Producer(AsyncClient):
@@ -88,6 +125,16 @@ class Producer(AsyncClient):
         self._small_record_overhead_bytes = self._record_overhead_bytes + SMALL_LENGTH_BYTES
         # Records from this size on take send()'s slow path: sized exactly and checked.
         self._small_record_bytes = min(SMALL_RECORD_BYTES, self._record_bytes_max + 1)
+        # Transactions: send() stays on its slow path (`_blocked`) outside IN_TRANSACTION.
+        self._transaction: TransactionManager | None = None
+        self._coordinator: TxnCoordinatorClient | None = None
+        transactional_id = self.settings.transactional_id
+        if transactional_id is not None:
+            self._transaction = TransactionManager(
+                transactional_id, self.settings.transaction_timeout_ms
+            )
+            self._coordinator = TxnCoordinatorClient(self.settings, self._pool, transactional_id)
+            self._sender.make_transactional(self._transaction, self._coordinator)
 
     async def start(self) -> None:
         """Start the sender (send() also does, lazily)."""
@@ -136,6 +183,9 @@ class Producer(AsyncClient):
         buffered_bytes = accumulator.buffered_bytes + size
         if queues is None or buffered_bytes > self._buffer_memory:
             queues = await self._wait_to_append(topic, size)
+            if self._transaction is not None:
+                # The transaction may have ended (or failed) while send() waited.
+                self._transaction.require("send()", TxnState.IN_TRANSACTION)
             buffered_bytes = accumulator.buffered_bytes + size
         # From here to the return nothing awaits: the record is appended in one step.
         batch_size = self._batch_size
@@ -194,6 +244,8 @@ class Producer(AsyncClient):
             raise ClientClosedError("the producer is closed")
         if self._sender.fatal_error is not None:
             raise self._sender.fatal_error
+        if self._transaction is not None:
+            self._transaction.require("send()", TxnState.IN_TRANSACTION)
         if not self._sender.running:
             self._sender.start()
         self._blocked = False
@@ -204,6 +256,10 @@ class Producer(AsyncClient):
         if self._sender.fatal_error is not None:
             self._blocked = True
             raise self._sender.fatal_error
+        transaction = self._transaction
+        if transaction is not None and transaction.state is not TxnState.IN_TRANSACTION:
+            self._blocked = True  # an abortable or fatal error since the last check
+            transaction.require("send()", TxnState.IN_TRANSACTION)
         count = self._cluster.partition_count(queue.tp.topic)
         if count:
             self._accumulator.queues_for(queue.tp.topic, count)
@@ -253,16 +309,43 @@ class Producer(AsyncClient):
             producer_epoch=identity.epoch,
             connected_brokers=self._pool.connected_node_ids,
             closed=self._closed,
+            transaction_state=None if self._transaction is None else self._transaction.state,
         )
 
     async def close(self) -> None:
         """Send what is buffered (within delivery_timeout_ms), then stop. Idempotent.
 
+        A transaction still open is aborted first (as Kafka's producer does), so that its
+        partitions' last stable offset does not wait for transaction_timeout_ms.
         If the closing task is cancelled, the sender stops at once and every record not yet
         acknowledged fails with ClientClosedError.
         """
         if self._closed:
             return
+        try:
+            await self._abort_on_close()
+        finally:
+            await self._close()
+
+    async def _abort_on_close(self) -> None:
+        transaction = self._transaction
+        if transaction is None or transaction.state not in (
+            TxnState.IN_TRANSACTION,
+            TxnState.ABORTABLE_ERROR,
+            TxnState.ABORTING_TRANSACTION,
+        ):
+            return
+        try:
+            await self.abort_transaction()
+        except (KafkaError, OSError, TransactionStateError) as error:
+            log.warning(
+                "transactional_id %s: the open transaction could not be aborted at close (%s); "
+                "the coordinator aborts it after transaction_timeout_ms",
+                transaction.transactional_id,
+                error,
+            )
+
+    async def _close(self) -> None:
         self._closed = True
         self._blocked = True
         try:
@@ -272,7 +355,213 @@ class Producer(AsyncClient):
             for batch in list(self._accumulator.incomplete):
                 batch.fail(ClientClosedError("the producer closed before the record was sent"))
                 self._accumulator.release(batch)
+            if self._coordinator is not None:
+                await self._coordinator.close()
             await self._pool.close()
+
+    # -- transactions ---------------------------------------------------------------------
+    @property
+    def transaction_state(self) -> TxnState | None:
+        """The transactional state (None without a transactional_id)."""
+        return None if self._transaction is None else self._transaction.state
+
+    async def init_transactions(self) -> None:
+        """Get the transactional id's producer id and epoch (InitProducerId through its
+        coordinator). This fences every older producer with the same id, and the coordinator
+        first finishes (commits or aborts) the transaction such a producer left open.
+
+        Raises KafkaTimeoutError after max_block_ms (call it again), ProducerFencedError or
+        TransactionFatalError when the producer cannot be used."""
+        transaction = self._transactional("init_transactions()")
+        transaction.require("init_transactions()", TxnState.UNINITIALIZED, TxnState.INITIALIZING)
+        if self._closed:
+            raise ClientClosedError("the producer is closed")
+        self._sender.start()
+        transaction.transition(TxnState.INITIALIZING)
+        await self._init_producer_id(transaction, NO_PRODUCER_ID, NO_EPOCH)
+        transaction.completed()
+
+    def begin_transaction(self) -> None:
+        """Open a transaction: the records sent and the offsets given to
+        send_offsets_to_transaction() from now on commit or abort together."""
+        self._transactional("begin_transaction()").begin()
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+        group_metadata: ConsumerGroupMetadata | str,
+    ) -> None:
+        """Commit a consumer group's `offsets` (the next offset to read, per partition) as part
+        of the transaction: they count only if it commits. `group_metadata` is the consuming
+        `Consumer.group_metadata()` (KIP-447: the coordinator refuses the commit of a member
+        that lost its partitions), or a bare group id (no generation check).
+
+        AddOffsetsToTxn to the transaction coordinator, then TxnOffsetCommit to the group's."""
+        transaction = self._transactional("send_offsets_to_transaction()")
+        transaction.require("send_offsets_to_transaction()", TxnState.IN_TRANSACTION)
+        group = (
+            group_metadata
+            if isinstance(group_metadata, ConsumerGroupMetadata)
+            else ConsumerGroupMetadata(group_metadata)
+        )
+        wanted = {
+            TopicPartition(tp[0], tp[1]): (
+                value if isinstance(value, OffsetAndMetadata) else OffsetAndMetadata(value)
+            )
+            for tp, value in offsets.items()
+        }
+        if not wanted:
+            return
+        coordinator = self._txn_coordinator()
+        identity = self._sender.identity
+        deadline = self._deadline()
+        await self._txn_call(
+            transaction,
+            coordinator.add_offsets(identity.producer_id, identity.epoch, group.group_id, deadline),
+        )
+        transaction.offsets_added = True
+        await self._txn_call(
+            transaction,
+            coordinator.txn_offset_commit(
+                identity.producer_id, identity.epoch, group, wanted, deadline
+            ),
+        )
+
+    async def commit_transaction(self) -> None:
+        """Send every record of the transaction, then commit it (EndTxn). Records and offsets
+        become visible to read_committed consumers together.
+
+        Raises TransactionAbortableError if a record or an offset commit of the transaction
+        failed (call abort_transaction()), KafkaTimeoutError after max_block_ms (call
+        commit_transaction() again), ProducerFencedError / TransactionFatalError when the
+        producer cannot go on."""
+        transaction = self._transactional("commit_transaction()")
+        transaction.require(
+            "commit_transaction()", TxnState.IN_TRANSACTION, TxnState.COMMITTING_TRANSACTION
+        )
+        self._blocked = True  # no send() joins a transaction that is committing
+        if transaction.state is TxnState.IN_TRANSACTION:
+            await self.flush()
+            await self._sender.adds_settled()
+            # A record failed (abortable) or the producer was fenced while flushing.
+            transaction.require("commit_transaction()", TxnState.IN_TRANSACTION)
+            transaction.transition(TxnState.COMMITTING_TRANSACTION)
+        await self._end_transaction(transaction, commit=True)
+        transaction.completed()
+
+    async def abort_transaction(self) -> None:
+        """Abort the transaction: drop its records not sent yet (their futures fail with
+        TransactionAbortedError or the error that made the transaction abortable), wait for
+        those in flight, and abort it (EndTxn); read_committed consumers never see it. After
+        an abortable error this is the way on; then begin_transaction() again."""
+        transaction = self._transactional("abort_transaction()")
+        transaction.require(
+            "abort_transaction()",
+            TxnState.IN_TRANSACTION,
+            TxnState.ABORTABLE_ERROR,
+            TxnState.ABORTING_TRANSACTION,
+        )
+        self._blocked = True
+        if transaction.state is not TxnState.ABORTING_TRANSACTION:
+            transaction.transition(TxnState.ABORTING_TRANSACTION)
+        await self.flush()  # the sender drops what is unsent; what is in flight is answered
+        await self._sender.adds_settled()
+        transaction.require("abort_transaction()", TxnState.ABORTING_TRANSACTION)
+        await self._end_transaction(transaction, commit=False)
+        if transaction.epoch_bump_required:
+            # A partition's sequence has a gap (a batch failed or was dropped after it was
+            # sent): a new epoch restarts every sequence at 0 (KIP-360).
+            identity = self._sender.identity
+            transaction.transition(TxnState.INITIALIZING)
+            await self._init_producer_id(transaction, identity.producer_id, identity.epoch)
+            transaction.epoch_bump_required = False
+        transaction.completed()
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Producer]:
+        """`async with producer.transaction():` begins a transaction, commits it when the block
+        ends, and aborts it when the block raises (the exception is raised again). A commit
+        that fails with an abortable error is aborted too before the error is raised."""
+        transaction = self._transactional("transaction()")
+        self.begin_transaction()
+        try:
+            yield self
+        except BaseException:
+            if transaction.state is not TxnState.FATAL_ERROR:
+                try:
+                    await self.abort_transaction()
+                except (KafkaError, OSError, TransactionStateError) as abort_error:
+                    log.warning(
+                        "transactional_id %s: abort after an exception failed: %s",
+                        transaction.transactional_id,
+                        abort_error,
+                    )
+            raise
+        try:
+            await self.commit_transaction()
+        except TransactionAbortableError:
+            await self.abort_transaction()
+            raise
+
+    def _transactional(self, operation: str) -> TransactionManager:
+        if self._transaction is None:
+            raise TransactionStateError(f"{operation} needs a producer with a transactional_id")
+        return self._transaction
+
+    def _txn_coordinator(self) -> TxnCoordinatorClient:
+        if self._coordinator is None:
+            raise TransactionStateError("the producer has no transactional_id")
+        return self._coordinator
+
+    def _deadline(self) -> float:
+        return asyncio.get_running_loop().time() + self.settings.max_block_ms / 1000
+
+    async def _init_producer_id(
+        self, transaction: TransactionManager, producer_id: int, epoch: int
+    ) -> None:
+        coordinator = self._txn_coordinator()
+        new_id, new_epoch = await self._txn_call(
+            transaction, coordinator.init_producer_id(producer_id, epoch, self._deadline())
+        )
+        self._sender.identity = ProducerIdentity(new_id, new_epoch)
+        self._sender.reset_sequences()
+
+    async def _end_transaction(self, transaction: TransactionManager, *, commit: bool) -> None:
+        """EndTxn, unless the coordinator never heard of the transaction (no partition or
+        offset added: Kafka's producer skips it too)."""
+        if not transaction.started:
+            return
+        identity = self._sender.identity
+        await self._txn_call(
+            transaction,
+            self._txn_coordinator().end_txn(
+                identity.producer_id, identity.epoch, commit, self._deadline()
+            ),
+        )
+
+    async def _txn_call(self, transaction: TransactionManager, call: Coroutine[Any, Any, T]) -> T:
+        """Await a coordinator request; a failure moves the transaction to ABORTABLE_ERROR or
+        FATAL_ERROR before it is raised. A timeout changes nothing (the call may be repeated)."""
+        try:
+            return await call
+        except TransactionAbortableError as error:
+            transaction.fail(TxnAction.ABORTABLE, error)
+            raise
+        except KafkaTimeoutError:
+            raise
+        except TransactionFatalError as error:  # ProducerFencedError among them
+            transaction.fail(TxnAction.FATAL, error)
+            self._blocked = True
+            raise
+        except KafkaError as error:
+            # Refused before any transactional answer, e.g. FindCoordinator answered
+            # TRANSACTIONAL_ID_AUTHORIZATION_FAILED: no retry mends it.
+            fatal = TransactionFatalError(
+                error.code, f"transactional_id {transaction.transactional_id!r}: {error}"
+            )
+            transaction.fail(TxnAction.FATAL, fatal)
+            self._blocked = True
+            raise fatal from error
 
     # -- waiting --------------------------------------------------------------------------
     async def _wait_to_append(self, topic: str, size: int) -> list[PartitionQueue]:

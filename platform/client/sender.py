@@ -23,6 +23,14 @@ retriable error goes back to its place in its queue (`PartitionQueue.requeue`), 
 batch is only sent when none of its partition's batches is in flight, so with idempotence the
 broker sees the sequence numbers in order again (the batches in flight behind a failed one come
 back OUT_OF_ORDER_SEQUENCE_NUMBER and are retried in turn).
+
+Transactions (a `transactional_id`, KIP-98): a partition's batches go out only once the
+partition is in the open transaction. Each pass collects the partitions that have batches but
+are not in it yet and sends them in one AddPartitionsToTxn (one in flight at a time, as Kafka's
+TransactionManager; the partitions found meanwhile go in the next), while their batches linger.
+Once the transaction is to be aborted (an abortable or fatal error, or abort_transaction()), the
+pass drops the batches not sent yet instead of sending them; a batch that fails for good makes
+the transaction abortable (`TransactionManager.batch_failed`).
 """
 
 from __future__ import annotations
@@ -40,12 +48,17 @@ from riverbed.client.accumulator import PartitionQueue, ProducerBatch, RecordAcc
 from riverbed.client.connection import BrokerConnection
 from riverbed.client.pool import BrokerPool
 from riverbed.client.settings import ProducerSettings
+from riverbed.client.transactions import TransactionManager, TxnAction
+from riverbed.client.txn_coordinator import TxnCoordinatorClient
+from riverbed.client.types import TopicPartition
 from riverbed.common.backoff import backoff_ms
 from riverbed.errors import (
     DuplicateSequenceError,
     KafkaTimeoutError,
     OutOfOrderSequenceError,
     RetriableError,
+    TransactionAbortableError,
+    TransactionAbortedError,
     UnsupportedVersionError,
     error_for,
 )
@@ -110,6 +123,10 @@ class Sender:
         self._connect_retry_at: dict[int, float] = {}
         self._loop_task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()  # set once the identity question is settled
+        # A transactional producer's state and its coordinator's requests (None: not one).
+        self.transaction: TransactionManager | None = None
+        self.coordinator: TxnCoordinatorClient | None = None
+        self._adding: asyncio.Task[None] | None = None  # the AddPartitionsToTxn in flight
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -139,6 +156,24 @@ class Sender:
         for pending in tasks:
             with contextlib.suppress(BaseException):
                 await pending
+
+    def make_transactional(
+        self, transaction: TransactionManager, coordinator: TxnCoordinatorClient
+    ) -> None:
+        """From now on batches go out only inside the transaction (set before start())."""
+        self.transaction = transaction
+        self.coordinator = coordinator
+        self.idempotence_wanted = False  # the identity comes from init_transactions()
+
+    def reset_sequences(self) -> None:
+        """A new producer id or epoch: every partition's sequence starts at 0 again."""
+        for queue in self._accumulator.all_queues():
+            queue.next_sequence = 0
+
+    async def adds_settled(self) -> None:
+        """Return once no AddPartitionsToTxn is in flight (its outcome is recorded)."""
+        while (adding := self._adding) is not None:
+            await asyncio.wait([adding])
 
     async def stop_now(self) -> None:
         """Cancel the loop at once (the caller fails whatever is still incomplete)."""
@@ -235,11 +270,20 @@ class Sender:
         next_at: float | None = None
         by_leader: dict[int, list[PartitionQueue]] = defaultdict(list)
         unknown_leaders: set[str] = set()
+        transaction = self.transaction
+        not_in_transaction: list[TopicPartition] = []
         for queue in self._accumulator.all_queues():
             batches = queue.batches
+            if transaction is not None and batches and transaction.dropping:
+                self._drop_unsent(queue, transaction)
             while batches and batches[0].deadline <= now:
                 self._expire(queue, batches.popleft())
             if not batches:
+                continue
+            if transaction is not None and queue.tp not in transaction.partitions:
+                # Not sendable before AddPartitionsToTxn; its expiry still wakes us.
+                not_in_transaction.append(queue.tp)
+                next_at = _earliest(next_at, batches[0].deadline)
                 continue
             # Expiry of the queue's oldest batch wakes us even if nothing else does.
             next_at = _earliest(next_at, batches[0].deadline)
@@ -264,12 +308,86 @@ class Sender:
             while queues and self._node_in_flight[node_id] < in_flight_max:
                 self._send_to(node_id, connection, queues)
                 queues = [q for q in queues if self._head_ready(q, now, hurry)[0]]
+        if not_in_transaction and transaction is not None:
+            self._add_partitions(transaction, not_in_transaction)
         if unknown_leaders or (cluster.stale and self._accumulator.incomplete):
             self._refresh_metadata(unknown_leaders)
             if unknown_leaders:
                 # Retry leader lookups at the refresh backoff even if the refresh stalls.
                 next_at = _earliest(next_at, now + settings.retry_backoff_ms / 1000)
         return next_at
+
+    def _drop_unsent(self, queue: PartitionQueue, transaction: TransactionManager) -> None:
+        """The transaction will be aborted: fail its batches not sent yet (Kafka's
+        abortUndrainedBatches). A dropped batch that had been sent before left a gap in its
+        partition's sequence: the next transaction needs a new epoch."""
+        error = transaction.last_error
+        if error is None:
+            error = TransactionAbortedError(
+                f"transactional_id {transaction.transactional_id!r}: the transaction was "
+                "aborted before the record was sent",
+            )
+        queue.open = None
+        while queue.batches:
+            batch = queue.batches.popleft()
+            if batch.encoded is not None:
+                transaction.epoch_bump_required = True
+            batch.fail(error)
+            self._accumulator.release(batch)
+
+    def _add_partitions(self, transaction: TransactionManager, tps: list[TopicPartition]) -> None:
+        """Start the AddPartitionsToTxn of `tps` unless one is in flight (the next pass after
+        it sends the rest)."""
+        if self._adding is not None or not transaction.sending_allowed:
+            return
+        new = transaction.to_add(tps)
+        if not new:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self._add_partitions_now(transaction, new), name="riverbed-add-partitions-to-txn"
+        )
+        self._adding = task
+        self._tasks.add(task)
+        task.add_done_callback(self._adding_done)
+
+    async def _add_partitions_now(
+        self, transaction: TransactionManager, tps: list[TopicPartition]
+    ) -> None:
+        coordinator = self.coordinator
+        if coordinator is None:
+            raise RuntimeError("a transactional sender without a coordinator client")
+        identity = self.identity
+        deadline = asyncio.get_running_loop().time() + self._settings.delivery_timeout_ms / 1000
+        try:
+            await coordinator.add_partitions(identity.producer_id, identity.epoch, tps, deadline)
+        except TransactionAbortableError as error:
+            transaction.add_failed(tps)
+            transaction.fail(TxnAction.ABORTABLE, error)
+        except KafkaTimeoutError as error:
+            transaction.add_failed(tps)
+            abortable = TransactionAbortableError(error.code, str(error))
+            abortable.__cause__ = error
+            transaction.fail(TxnAction.ABORTABLE, abortable)
+        except KafkaError as error:  # fenced or fatal
+            transaction.add_failed(tps)
+            transaction.fail(TxnAction.FATAL, error)
+            self._fail_unsent(error)
+        else:
+            transaction.added(tps)
+
+    def _adding_done(self, task: asyncio.Task[None]) -> None:
+        if self._adding is task:
+            self._adding = None
+        self._task_done(task)
+        self.wake()
+
+    def _fail_unsent(self, error: BaseException) -> None:
+        for queue in self._accumulator.all_queues():
+            queue.open = None
+            while queue.batches:
+                batch = queue.batches.popleft()
+                batch.fail(error)
+                self._accumulator.release(batch)
 
     def _head_ready(
         self, queue: PartitionQueue, now: float, hurry: bool
@@ -346,6 +464,7 @@ class Sender:
                     producer_id=identity.producer_id,
                     producer_epoch=identity.epoch,
                     base_sequence=batch.base_sequence,
+                    is_transactional=self.transaction is not None,
                 )
             if batches and request_bytes + len(batch.encoded) > settings.max_request_size:
                 break
@@ -372,6 +491,7 @@ class Sender:
                 )
             )
         request = m.ProduceRequest(
+            transactional_id=settings.transactional_id,
             acks=settings.acks,
             timeout_ms=settings.request_timeout_ms,
             topic_data=[
@@ -503,6 +623,8 @@ class Sender:
         self._accumulator.release(batch)
 
     def _finish(self, batch: ProducerBatch, error: BaseException) -> None:
+        if self.transaction is not None and not batch.done:
+            self.transaction.batch_failed(error, had_sequence=batch.encoded is not None)
         queue = self._queue_of(batch)
         if queue.open is batch:
             queue.open = None

@@ -199,6 +199,16 @@ SETTINGS: Final[dict[str, Setting]] = {
     "buffer_memory": Setting(33_554_432, _int_in(1, 2**62), "bytes of records not yet sent"),
     "max_block_ms": Setting(60_000, _int_in(0), "how long send() may wait for buffer space"),
     "max_request_size": Setting(1_048_576, _int_in(1), "largest produce request and record"),
+    "transactional_id": Setting(
+        None,
+        _optional_str,
+        "makes the producer transactional (KIP-98): init_transactions(), begin_transaction()...",
+    ),
+    "transaction_timeout_ms": Setting(
+        60_000,
+        _int_in(1, INT32_MAX),
+        "the coordinator aborts a transaction left open this long",
+    ),
     # Consumer
     "group_id": Setting(None, _optional_str, "the consumer group: subscribe() and commits"),
     "group_instance_id": Setting(
@@ -311,6 +321,8 @@ class ProducerSettings(ClientSettings):
     buffer_memory: int
     max_block_ms: int
     max_request_size: int
+    transactional_id: str | None
+    transaction_timeout_ms: int
 
     @property
     def compression(self) -> CompressionType:
@@ -328,6 +340,15 @@ class ProducerSettings(ClientSettings):
             )
         if values["retries"] == 0:
             conflicts.append("retries must be > 0")
+        if values["transactional_id"] is not None:
+            # As the Java client: a transactional producer is idempotent, and settings that
+            # contradict idempotence are errors rather than defaults that give way.
+            if not values["transactional_id"]:
+                raise ValueError("transactional_id must not be empty")
+            if not values["enable_idempotence"]:
+                raise ValueError("transactional_id needs enable_idempotence=True")
+            if conflicts:
+                raise ValueError("transactional_id: " + "; ".join(conflicts))
         if conflicts and values["enable_idempotence"]:
             # As the Java client (3.2+): idempotence on by default gives way to settings that
             # contradict it, but an explicit enable_idempotence=True with them is an error.

@@ -11,6 +11,7 @@ from riverbed.protocol.records import TIMESTAMP_TYPE_CREATE_TIME, TIMESTAMP_TYPE
 __all__ = [
     "TIMESTAMP_TYPE_CREATE_TIME",
     "TIMESTAMP_TYPE_LOG_APPEND_TIME",
+    "ConsumerGroupMetadata",
     "Headers",
     "OffsetAndMetadata",
     "Record",
@@ -44,3 +45,20 @@ class OffsetAndMetadata:
     def __post_init__(self) -> None:
         if isinstance(self.offset, bool) or not isinstance(self.offset, int) or self.offset < 0:
             raise ValueError(f"a committed offset must be an int >= 0, got {self.offset!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """Who commits offsets inside a transaction (`Consumer.group_metadata()`, as Kafka's): the
+    group, and the member's generation, member id and static instance id, so that the group
+    coordinator refuses a commit from a member that lost its partitions (KIP-447). Built from
+    the group id alone, generation -1 and no member id, it is the pre-KIP-447 form."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.group_id, str) or not self.group_id:
+            raise ValueError(f"a group id must be a non-empty str, got {self.group_id!r}")

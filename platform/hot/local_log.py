@@ -18,9 +18,11 @@ from typing import Protocol
 
 from riverbed.hot.storage.log import ReadResult, SealedBatches, SegmentStats
 from riverbed.hot.storage.retention import UNLIMITED, log_start_after_retention
+from riverbed.hot.storage.transactions import AbortedTxn
 
 __all__ = [
     "UNLIMITED",
+    "AbortedTxn",
     "LocalLog",
     "LocalPartition",
     "ReadResult",
@@ -43,6 +45,12 @@ class LocalLog(Protocol):
     def high_watermark(self) -> int: ...
 
     @property
+    def last_stable_offset(self) -> int:
+        """Where read_committed readers stop: the first offset of the oldest open transaction,
+        or the high watermark."""
+        ...
+
+    @property
     def truncated_before(self) -> int:
         """The log start DeleteRecords set (0 without one): nothing below it is served, from
         either tier."""
@@ -60,6 +68,11 @@ class LocalLog(Protocol):
         ...
 
     def segment_stats(self) -> list[SegmentStats]: ...
+
+    def aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The local transaction index's aborted transactions with data in [start_offset,
+        upper_bound_offset)."""
+        ...
 
     def advance_log_start_offset(self, offset: int) -> bool:
         """Move the log start up to `offset`, durably; False if it already was there."""

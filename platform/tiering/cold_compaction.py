@@ -5,14 +5,17 @@ Arrow tables and local files in, local files out; the callers do the store and t
 
 The rule is the hot cleaner's (riverbed.hot.storage.compaction), decided by the whole partition: a
 record stays if it is in a control batch, or if it has a key, no later record of the partition
-(cold or hot, up to the high watermark when the pass began) has that key, and it is not a
+(cold or hot, up to the last stable offset when the pass began) has that key, and it is not a
 tombstone older than `delete.retention.ms` below the map's end. The latest offset of each key
 comes from an offset map built over the dirty part, [first dirty offset, map end): the cold
 segments from the manifest's `compacted_end_offset` on, then the hot log above the cold tier.
-Records in the clean part have no later record of their key inside the clean part (an earlier
-pass removed them), so keys the map never saw keep their records. A tombstone can go with
-every older record of its key, all of which are below it in the cold range being rewritten; one
-at or past the map's end stays, because older records of its key may not have been looked at.
+Records of aborted transactions never enter the map (as in Kafka's cleaner, they must not
+decide which record of a key survives), nor do those of open transactions: the map ends at the
+last stable offset. Records in the clean part have no later record of their key inside the
+clean part (an earlier pass removed them), so keys the map never saw keep their records. A
+tombstone can go with every older record of its key, all of which are below it in the cold
+range being rewritten; one at or past the map's end stays, because older records of its key
+may not have been looked at.
 
 Offsets never change: a kept record keeps its offset and a batch its base offset, last offset
 delta, timestamps, producer fields and attributes (so cold reads rebuild valid Kafka batches
@@ -37,13 +40,21 @@ from riverbed.tiering.arrow_schema import SCHEMA
 from riverbed.tiering.batch_rebuild import rebuilt_sizes
 from riverbed.tiering.manifest import Manifest, RemoteSegment, SegmentState
 from riverbed.tiering.parquet_codec import ROW_GROUP_BYTES_MAX, ROW_GROUP_ROWS_MAX, open_writer
+from riverbed.tiering.txn_ranges import (
+    NOTHING_RESOLVED,
+    AbortedRange,
+    Resolved,
+    merged,
+    resolve,
+)
 
 CONTROL_BATCH_BIT = 1 << 5  # of batch_attributes: a transaction marker's batch
+TRANSACTIONAL_BATCH_BIT = 1 << 4  # of batch_attributes: a transactional producer's batch
 # Rows offered to the offset map are merged into it in chunks of at least this many rows (and
 # at least as many as the map holds, so merging costs O(rows) overall); until then they wait.
 MAP_MERGE_ROWS_MIN = 256 * 1024
 # Columns the offset map reads from a cold object.
-MAP_COLUMNS = ["key", "offset", "batch_attributes"]
+MAP_COLUMNS = ["key", "offset", "batch_attributes", "batch_producer_id"]
 
 
 class ColdOffsetMap:
@@ -149,17 +160,54 @@ def _cumsum(values: pa.Array) -> Iterator[int]:
     return itertools.accumulate(values.to_pylist())
 
 
-def map_rows(rows: pa.Table, start_offset: int) -> tuple[pa.Array, pa.Array]:
-    """(keys, offsets) of the rows an offset map takes: keyed data records at or above
-    `start_offset` (control batches and keyless records never decide anything)."""
+def map_rows(
+    rows: pa.Table,
+    start_offset: int,
+    aborted: Sequence[AbortedRange] = (),
+    end_offset: int | None = None,
+) -> tuple[pa.Array, pa.Array]:
+    """(keys, offsets) of the rows an offset map takes: keyed data records in [start_offset,
+    end_offset) that are not records of an `aborted` transaction (control batches, keyless
+    records and aborted records never decide anything: as Kafka's cleaner, a record of an
+    aborted transaction must not remove the committed record of its key before it)."""
+    offsets = rows.column("offset")
     wanted = pc.and_(
-        pc.and_(
-            pc.is_valid(rows.column("key")), pc.greater_equal(rows.column("offset"), start_offset)
-        ),
+        pc.and_(pc.is_valid(rows.column("key")), pc.greater_equal(offsets, start_offset)),
         pc.equal(pc.bit_wise_and(rows.column("batch_attributes"), CONTROL_BATCH_BIT), 0),
     )
+    if end_offset is not None:
+        wanted = pc.and_(wanted, pc.less(offsets, end_offset))
+    if aborted:
+        wanted = pc.and_(wanted, pc.invert(aborted_mask(rows, aborted)))
     chosen = rows.filter(wanted)
     return chosen.column("key").combine_chunks(), chosen.column("offset").combine_chunks()
+
+
+def aborted_mask(rows: pa.Table, aborted: Sequence[AbortedRange]) -> pa.Array:
+    """Which of `rows` (columns offset, batch_attributes, batch_producer_id) are records of an
+    `aborted` transaction: a transactional batch of its producer within its offsets (a producer
+    has one transaction at a time, so nothing else of its lies there)."""
+    offsets, producers = rows.column("offset"), rows.column("batch_producer_id")
+    hit = pc.equal(offsets, -1)  # all false
+    for txn in overlapping_rows(aborted, offsets):
+        inside = pc.and_(
+            pc.greater_equal(offsets, txn.first_offset), pc.less_equal(offsets, txn.last_offset)
+        )
+        hit = pc.or_(hit, pc.and_(inside, pc.equal(producers, txn.producer_id)))
+    transactional = pc.not_equal(
+        pc.bit_wise_and(rows.column("batch_attributes"), TRANSACTIONAL_BATCH_BIT), 0
+    )
+    return pc.and_(hit, transactional)
+
+
+def overlapping_rows(aborted: Sequence[AbortedRange], offsets: pa.Array) -> list[AbortedRange]:
+    """The `aborted` transactions that meet the offsets of a chunk of rows (a pass's chunks are
+    small next to its aborted list: each is tested against those only)."""
+    if not aborted or len(offsets) == 0:
+        return []
+    extremes = pc.min_max(offsets)
+    low, high = extremes["min"].as_py(), extremes["max"].as_py()
+    return [a for a in aborted if a.last_offset >= low and a.first_offset <= high]
 
 
 # -- the plan --------------------------------------------------------------------------------
@@ -183,6 +231,9 @@ class ColdPlan:
     dirty_bytes: int
     dirty_ratio: float
     due: bool
+    # The finished segments' transactions (riverbed.tiering.txn_ranges): which records the
+    # offset map must skip, and from where the cold tier alone cannot tell.
+    transactions: Resolved = NOTHING_RESOLVED
 
     @property
     def segments(self) -> list[RemoteSegment]:
@@ -225,6 +276,7 @@ def plan_cold_compaction(manifest: Manifest, config: TopicConfig, now_ms: int) -
         dirty_bytes=dirty_bytes,
         dirty_ratio=ratio,
         due=ratio >= config.min_cleanable_dirty_ratio or overdue,
+        transactions=resolve([(s.base_offset, s.transactions) for s in manifest.finished()]),
     )
 
 
@@ -415,7 +467,8 @@ def compacted_segment(
 ) -> RemoteSegment:
     """The manifest entry of a group's new object (COPY_FINISHED): the group's offsets; with no
     row left, the group's newest timestamp as both of its timestamps (retention.ms then treats
-    it as it treated what it replaced)."""
+    it as it treated what it replaced). Compaction keeps control batches and drops no offset
+    range, so the group's transactions are its objects' merged."""
     replaced = list(group)
     newest = max(s.max_timestamp_ms for s in replaced)
     return RemoteSegment(
@@ -429,4 +482,5 @@ def compacted_segment(
         max_timestamp_ms=newest if rewrite.max_timestamp_ms is None else rewrite.max_timestamp_ms,
         leader_epoch=epoch,
         state=SegmentState.COPY_FINISHED,
+        transactions=merged([(s.base_offset, s.transactions) for s in replaced]),
     )

@@ -65,6 +65,7 @@ from riverbed.tiering.offloader import Offloader
 from riverbed.tiering.remote_metadata import RemoteMetadata
 from riverbed.tiering.segment_rows import RowGroupRows
 from riverbed.tiering.store import ObjectStore, ObjectStoreError
+from riverbed.tiering.txn_ranges import AbortedRange, with_local
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +130,12 @@ class _Job:
     pending: PendingCompaction
     leader_epoch: int
     delete_horizon_ms: int
-    hot_end_offset: int  # the high watermark when the pass began
+    # The last stable offset when the pass began: records of open transactions decide nothing
+    # (Kafka's cleaner stops at the first unstable offset too).
+    hot_end_offset: int
     work_dir: Path
+    # The aborted transactions of both tiers below hot_end_offset: their records decide nothing.
+    aborted: tuple[AbortedRange, ...] = ()
 
 
 class ColdCompactor:
@@ -270,6 +275,7 @@ class ColdCompactor:
             return None
         started = time.monotonic()
         now_ms = self._now_ms()
+        stable_end = partition.log.last_stable_offset
         pending = cold_commit.new_pending(
             plan,
             partition.topic,
@@ -285,8 +291,9 @@ class ColdCompactor:
             pending,
             epoch,
             now_ms - config.delete_retention_ms,
-            partition.log.high_watermark,
+            stable_end,
             self.settings.work_dir / pending.id,
+            tuple(with_local(plan.transactions, partition.log.aborted_transactions(0, stable_end))),
         )
         self._running_id = pending.id
         try:
@@ -500,17 +507,21 @@ def _offset_map(
     throttle: Throttle,
     result: ColdCompactionResult,
 ) -> ColdOffsetMap:
-    """The map over the dirty cold segments, then the hot log up to the high watermark, until
-    it is full."""
+    """The map over the dirty cold segments, then the hot log, up to the last stable offset
+    (a transaction open in the cold tier may stop it there), until it is full."""
     plan = job.plan
+    stable_end = job.hot_end_offset
     offsets = ColdOffsetMap(capacity_bytes, plan.first_dirty_offset)
     for segment in plan.map_segments:
+        if segment.base_offset >= stable_end:
+            offsets.finish()
+            return offsets
         with pq.ParquetFile(local(segment)) as source:
             for group in range(source.metadata.num_row_groups):
                 throttle.account(row_group_bytes(source.metadata, group))
                 rows = source.read_row_group(group, columns=MAP_COLUMNS, use_threads=False)
-                keys, row_offsets = map_rows(rows, plan.first_dirty_offset)
-                if not offsets.add(keys, row_offsets, segment.next_offset):
+                keys, row_offsets = map_rows(rows, plan.first_dirty_offset, job.aborted, stable_end)
+                if not offsets.add(keys, row_offsets, min(segment.next_offset, stable_end)):
                     offsets.finish()
                     return offsets
     if job.hot_end_offset > plan.cold_end_offset:
@@ -520,7 +531,7 @@ def _offset_map(
             rows = _hot_rows(job, data)
             if rows is None:
                 continue
-            keys, row_offsets = map_rows(rows, plan.cold_end_offset)
+            keys, row_offsets = map_rows(rows, plan.cold_end_offset, job.aborted)
             if not offsets.add(keys, row_offsets, min(next_offset, job.hot_end_offset)):
                 break
         # Every committed offset was offered (the last ones may hold no batch any more).

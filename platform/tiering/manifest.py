@@ -35,6 +35,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from riverbed.tiering.txn_ranges import NO_TRANSACTIONS, ObjectTransactions
+
 MANIFEST_FORMAT = 1
 OFFSET_DIGITS = 20  # as Kafka names segment files: `ls` and LIST sort them by offset
 
@@ -77,6 +79,8 @@ class RemoteSegment:
     max_timestamp_ms: int
     leader_epoch: int  # of the leader that uploaded it
     state: SegmentState
+    # Its aborted transactions and those crossing its edges (riverbed.tiering.txn_ranges).
+    transactions: ObjectTransactions = NO_TRANSACTIONS
 
     def __post_init__(self) -> None:
         if not 0 <= self.base_offset <= self.last_offset:
@@ -447,6 +451,8 @@ def _segment_json(s: RemoteSegment) -> dict[str, Any]:
         "max_timestamp_ms": s.max_timestamp_ms,
         "leader_epoch": s.leader_epoch,
         "state": s.state.value,
+        # Left out when there are none: most topics never see a transaction.
+        **({"transactions": s.transactions.to_json()} if s.transactions else {}),
     }
 
 
@@ -462,6 +468,11 @@ def _segment_from(s: dict[str, Any]) -> RemoteSegment:
         max_timestamp_ms=int(s["max_timestamp_ms"]),
         leader_epoch=int(s["leader_epoch"]),
         state=SegmentState(s["state"]),
+        transactions=(
+            ObjectTransactions.from_json(s["transactions"])
+            if "transactions" in s
+            else NO_TRANSACTIONS
+        ),
     )
 
 

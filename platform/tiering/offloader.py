@@ -387,6 +387,7 @@ class Offloader:
             min_timestamp_ms=summary.min_timestamp_ms,
             max_timestamp_ms=summary.max_timestamp_ms,
             state=SegmentState.COPY_FINISHED,
+            transactions=summary.transactions,
         )
         return _Converted(finished, path, work)
 

@@ -29,6 +29,7 @@ from typing import Any, BinaryIO, TypeAlias
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from riverbed.protocol.control_records import read_marker
 from riverbed.protocol.errors import ErrorCode
 from riverbed.protocol.records_header import (
     BatchHeader,
@@ -40,6 +41,7 @@ from riverbed.protocol.records_header import (
 from riverbed.tiering.arrow_schema import REBUILD_COLUMNS, SCHEMA
 from riverbed.tiering.batch_rebuild import RowGroupBatches
 from riverbed.tiering.segment_rows import RowGroupRows
+from riverbed.tiering.txn_ranges import NO_TRANSACTIONS, ObjectTransactions, TxnScanner
 
 # A cold read decodes whole row groups: this bounds its work and memory (consumers fetch 1 MiB
 # a partition by default: max.partition.fetch.bytes), while a 1 GiB segment's footer describes
@@ -107,6 +109,7 @@ class SegmentSummary:
     max_timestamp_ms: int
     size_bytes: int  # of the Parquet file
     row_groups: int
+    transactions: ObjectTransactions = NO_TRANSACTIONS
 
 
 def segment_to_parquet(
@@ -173,11 +176,13 @@ def _write(
     first: BatchHeader | None = None
     last: BatchHeader | None = None
     batches = 0
+    txns = TxnScanner()
     with _PipelinedWriter(out_path) as writer:
         group = RowGroupRows(topic, partition, bytes_max)
         for position, header in _intact_batches(view, where):
             try:
                 group.add(view, position, header)
+                _scan_transactions(txns, view, position, header)
             except CorruptRecordError as error:
                 raise _corrupt(where, header, position, error.message) from error
             first = first or header
@@ -199,7 +204,20 @@ def _write(
         max_timestamp_ms=written.max_timestamp_ms,
         size_bytes=out_path.stat().st_size,
         row_groups=written.row_groups,
+        transactions=txns.result(),
     )
+
+
+def _scan_transactions(
+    txns: TxnScanner, view: memoryview, position: int, header: BatchHeader
+) -> None:
+    if not header.is_transactional:
+        return
+    if header.is_control:
+        control_type, _ = read_marker(view, position, header)
+        txns.marker(header.producer_id, header.base_offset, control_type)
+    else:
+        txns.data(header.producer_id, header.base_offset)
 
 
 def _table(group: RowGroupRows, where: str) -> pa.Table:

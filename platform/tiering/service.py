@@ -29,6 +29,7 @@ from riverbed.tiering.remote_metadata import RemoteMetadata
 from riverbed.tiering.segment_readers import SegmentReaders
 from riverbed.tiering.store import ObjectStore, ObjectStoreError
 from riverbed.tiering.stores import open_store
+from riverbed.tiering.txn_ranges import AbortedRange, overlapping, resolve, with_local
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +192,22 @@ class TieredStorage:
             (*key, partition.leader_epoch)
         )
         return _log_start_offset(partition, manifest)
+
+    async def aborted_transactions(
+        self, partition: LocalPartition, start_offset: int, end_offset: int
+    ) -> list[AbortedRange]:
+        """What a read_committed consumer reading [start_offset, end_offset) from the remote
+        tier must know (Kafka's collectAbortedTxns over both tiers): the aborted transactions the
+        manifest's objects resolve, then those of the local transaction index. A transaction
+        open at the remote tier's end whose abort the local index holds starts where the objects
+        saw its first record: the local index may know less (a follower that restarted its log
+        above the remote tier does not know where it began). KafkaError(KAFKA_STORAGE_ERROR) if
+        the manifest cannot be read."""
+        manifest = await self.manifest(partition)
+        resolved = resolve([(s.base_offset, s.transactions) for s in manifest.finished()])
+        local_log = partition.log
+        local = local_log.aborted_transactions(start_offset, local_log.log_end_offset)
+        return overlapping(with_local(resolved, local), start_offset, end_offset)
 
     async def log_start_offset(self, partition: LocalPartition) -> int:
         """The first offset of the partition's whole log: the remote log start when tiered

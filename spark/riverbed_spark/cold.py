@@ -9,7 +9,7 @@ range, and reads only the columns the query's schema names.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -23,12 +23,15 @@ from riverbed.tiering.manifest import (
     partition_prefix,
 )
 from riverbed.tiering.stores import s3_settings
+from riverbed.tiering.txn_ranges import AbortedRange, overlapping, resolve
 
 from riverbed_spark.options import StoreOptions
 
 # Control batches (transaction markers) are rows in the objects, flagged by this attribute bit;
 # consumers never see them, so neither does Spark.
 CONTROL_BATCH_BIT = 1 << 5
+# A transactional batch's bit: read_committed leaves out those of aborted transactions.
+TRANSACTIONAL_BATCH_BIT = 1 << 4
 MANIFEST_SUFFIX = ".json"
 
 
@@ -91,9 +94,15 @@ class ColdStore:
         return Manifest.from_json(data, f"{self.options.url}/{key}")
 
     def read(
-        self, item: ColdObject, start: int, end: int, columns: list[str]
+        self,
+        item: ColdObject,
+        start: int,
+        end: int,
+        columns: list[str],
+        aborted: Sequence[AbortedRange] = (),
     ) -> Iterator[pa.RecordBatch]:
-        """Rows with offsets in [start, end) of `item`, data records only, `columns` only."""
+        """Rows with offsets in [start, end) of `item`, data records only, `columns` only;
+        without the records of the `aborted` transactions (read_committed)."""
         try:
             file = pq.ParquetFile(self.filesystem.open_input_file(self.path(item.key)))
         except FileNotFoundError as error:
@@ -103,26 +112,47 @@ class ColdStore:
                 "failOnDataLoss=false to skip what is gone"
             ) from error
         with file:
-            for group, whole in row_groups_overlapping(file, start, end):
+            for group, whole in row_groups_overlapping(file, start, end, aborted):
                 if whole:
                     # All its rows are wanted: read only the asked columns, filter nothing.
                     yield from file.read_row_group(group, columns=columns).to_batches()
                     continue
-                wanted = list(dict.fromkeys([*columns, "offset", "batch_attributes"]))
-                table = file.read_row_group(group, columns=wanted)
+                wanted = [*columns, "offset", "batch_attributes", "batch_producer_id"]
+                table = file.read_row_group(group, columns=list(dict.fromkeys(wanted)))
                 offsets = table.column("offset")
                 control = pc.bit_wise_and(table.column("batch_attributes"), CONTROL_BATCH_BIT)
                 keep = pc.and_(
                     pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end)),
                     pc.equal(control, 0),
                 )
+                if aborted:
+                    keep = pc.and_(keep, pc.invert(_in_aborted(table, aborted)))
                 yield from table.filter(keep).select(columns).to_batches()
 
 
-def row_groups_overlapping(file: pq.ParquetFile, start: int, end: int) -> list[tuple[int, bool]]:
+def _in_aborted(table: pa.Table, aborted: Sequence[AbortedRange]) -> pa.ChunkedArray:
+    """Which rows are records of an aborted transaction: a transactional batch of its producer
+    within its offsets (a producer has one transaction at a time, so nothing else of its lies
+    there)."""
+    offsets, producers = table.column("offset"), table.column("batch_producer_id")
+    transactional = pc.not_equal(
+        pc.bit_wise_and(table.column("batch_attributes"), TRANSACTIONAL_BATCH_BIT), 0
+    )
+    hit = pc.equal(offsets, -1)  # all false
+    for txn in aborted:
+        inside = pc.and_(
+            pc.greater_equal(offsets, txn.first_offset), pc.less_equal(offsets, txn.last_offset)
+        )
+        hit = pc.or_(hit, pc.and_(inside, pc.equal(producers, txn.producer_id)))
+    return pc.and_(hit, transactional)
+
+
+def row_groups_overlapping(
+    file: pq.ParquetFile, start: int, end: int, aborted: Sequence[AbortedRange] = ()
+) -> list[tuple[int, bool]]:
     """Row groups whose offset range meets [start, end), by their statistics; each with whether
-    all of its rows are wanted (offsets inside the range, and no control batch: attributes
-    below the control bit)."""
+    all of its rows are wanted (offsets inside the range, no control batch: attributes below
+    the control bit, and no aborted transaction's offsets)."""
     offset_column = _leaf_index(file, "offset")
     attributes_column = _leaf_index(file, "batch_attributes")
     groups = []
@@ -140,6 +170,7 @@ def row_groups_overlapping(file: pq.ParquetFile, start: int, end: int) -> list[t
                 and attributes.has_min_max
                 and attributes.min >= 0
                 and attributes.max < CONTROL_BATCH_BIT
+                and not overlapping(aborted, offsets.min, offsets.max + 1)
             )
             groups.append((index, whole))
     return groups
@@ -153,6 +184,23 @@ def _leaf_index(file: pq.ParquetFile, name: str) -> int:
         if schema.column(index).path == name:
             return index
     raise ValueError(f"{file}: no column {name!r}")
+
+
+class ColdView:
+    """What a reader at an isolation level may take from a partition's finished objects: offsets
+    below `end`, without the records of the `aborted` transactions. At read_uncommitted that is
+    every finished offset and nothing is left out; at read_committed the objects' transactions
+    are resolved (riverbed.tiering.txn_ranges) and `end` stops at the first transaction whose
+    marker is not in the store yet (the broker decides on those, or a later read)."""
+
+    def __init__(self, manifest: Manifest, *, read_committed: bool) -> None:
+        self.end = manifest.finished_end_offset
+        self.aborted: tuple[AbortedRange, ...] = ()
+        if read_committed:
+            resolved = resolve([(s.base_offset, s.transactions) for s in manifest.finished()])
+            self.aborted = resolved.aborted
+            if resolved.unstable_from is not None:
+                self.end = min(self.end, resolved.unstable_from)
 
 
 def finished_objects(manifest: Manifest) -> list[ColdObject]:

@@ -25,6 +25,8 @@ LATEST: Final = -1
 HOT_SPLIT_OFFSETS_DEFAULT: Final = 1_000_000
 # Cold splits group consecutive objects up to this many object bytes.
 COLD_SPLIT_BYTES_DEFAULT: Final = 32 * 1024 * 1024
+READ_UNCOMMITTED: Final = "read_uncommitted"
+READ_COMMITTED: Final = "read_committed"
 # One offset spec: a single value for every partition, or values per (topic, partition).
 OffsetSpec = int | dict[tuple[str, int], int]
 
@@ -69,6 +71,14 @@ class ReadOptions:
     hot_split_offsets: int
     cold_split_bytes: int
     max_offsets_per_trigger: int | None
+    # kafka.isolation.level, as Spark's Kafka source passes it to its consumers (Kafka's
+    # default, read_uncommitted). read_committed leaves out aborted transactions and stops at
+    # each partition's last stable offset.
+    isolation_level: str = READ_UNCOMMITTED
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == READ_COMMITTED
 
 
 def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -> ReadOptions:
@@ -104,7 +114,17 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool = False) -
         hot_split_offsets=get.integer("hotSplitOffsets", minimum=1) or HOT_SPLIT_OFFSETS_DEFAULT,
         cold_split_bytes=get.integer("coldSplitBytes", minimum=1) or COLD_SPLIT_BYTES_DEFAULT,
         max_offsets_per_trigger=get.integer("maxOffsetsPerTrigger", minimum=1),
+        isolation_level=_isolation_level(get),
     )
+
+
+def _isolation_level(get: _Getter) -> str:
+    text = get.text("kafka.isolation.level") or get.text("isolation.level") or READ_UNCOMMITTED
+    if text not in (READ_UNCOMMITTED, READ_COMMITTED):
+        raise ValueError(
+            f"kafka.isolation.level must be {READ_UNCOMMITTED} or {READ_COMMITTED}, got {text!r}"
+        )
+    return text
 
 
 def _store_options(get: _Getter) -> StoreOptions | None:

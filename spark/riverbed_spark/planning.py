@@ -12,14 +12,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pyspark.sql.datasource import InputPartition
 from riverbed.client.admin import Admin
 from riverbed.client.admin import OffsetSpec as ListOffsetSpec
 from riverbed.client.types import TopicPartition
+from riverbed.tiering.txn_ranges import AbortedRange, overlapping
 
-from riverbed_spark.cold import ColdObject, ColdStore, finished_objects
+from riverbed_spark.cold import ColdObject, ColdStore, ColdView, finished_objects
 from riverbed_spark.options import EARLIEST, LATEST, OffsetSpec, ReadOptions
 
 T = TypeVar("T")
@@ -38,13 +39,15 @@ class PartitionRange:
 @dataclass(frozen=True)
 class ColdSplit(InputPartition):
     """Offsets [start, end) of a run of consecutive objects, read from the store by the
-    executor, one after the other."""
+    executor, one after the other; at read_committed without the records of the `aborted`
+    transactions."""
 
     topic: str
     partition: int
     items: tuple[ColdObject, ...]
     start: int
     end: int
+    aborted: tuple[AbortedRange, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -77,15 +80,17 @@ def splits_for(
         if store is not None:
             manifest = store.manifest(r.topic, r.partition)
             compacted_end = manifest.compacted_end_offset
+            cold = ColdView(manifest, read_committed=options.read_committed)
             items = [
                 item
                 for item in finished_objects(manifest)
-                if item.last_offset >= r.start and item.base_offset < r.end
+                if item.last_offset >= r.start and item.base_offset < min(r.end, cold.end)
             ]
             for run in _runs(items, options.cold_split_bytes):
                 start = max(r.start, run[0].base_offset)
-                end = min(r.end, run[-1].last_offset + 1)
-                splits.append(ColdSplit(r.topic, r.partition, tuple(run), start, end))
+                end = min(r.end, cold.end, run[-1].last_offset + 1)
+                aborted = tuple(overlapping(cold.aborted, start, end))
+                splits.append(ColdSplit(r.topic, r.partition, tuple(run), start, end, aborted))
                 hot_start = max(hot_start, end)
         if options.bootstrap_servers is None:
             continue  # the store alone: the cold part is all there is
@@ -168,7 +173,9 @@ class Planner:
         if value == EARLIEST:
             return manifest.log_start_offset
         if value == LATEST:
-            return manifest.finished_end_offset
+            # At read_committed the store's "last stable offset": where its first transaction
+            # without a marker in the store starts.
+            return ColdView(manifest, read_committed=self.options.read_committed).end
         return value
 
     async def _cluster_partitions(self, bootstrap: str) -> list[tuple[str, int]]:
@@ -199,10 +206,17 @@ class Planner:
         resolved = dict(wanted)
         if not specs:
             return resolved
+        isolation: Literal["read_uncommitted", "read_committed"] = (
+            "read_committed" if self.options.read_committed else "read_uncommitted"
+        )
         async with Admin(bootstrap_servers=bootstrap) as admin:
-            found = await admin.list_offsets(specs)
+            found = await admin.list_offsets(specs, isolation_level=isolation)
             # By time, a partition with no record at or after the timestamp ends at its end.
-            latest = await admin.list_offsets({tp: "latest" for tp in specs}) if by_time else {}
+            latest = (
+                await admin.list_offsets({tp: "latest" for tp in specs}, isolation_level=isolation)
+                if by_time
+                else {}
+            )
         for tp, answer in found.items():
             offset = answer.offset if answer.offset >= 0 or not by_time else latest[tp].offset
             resolved[(tp.topic, tp.partition)] = offset

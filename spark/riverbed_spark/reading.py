@@ -17,8 +17,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from riverbed.client.consumer import Consumer
 from riverbed.client.types import Record, TopicPartition
+from riverbed.tiering.txn_ranges import overlapping
 
-from riverbed_spark.cold import ColdStore, DataLossError, finished_objects
+from riverbed_spark.cold import ColdStore, ColdView, DataLossError, finished_objects
 from riverbed_spark.options import ReadOptions
 from riverbed_spark.planning import ColdSplit, HotSplit
 
@@ -53,7 +54,12 @@ def read_split(
         return
     start = split.start
     if store is not None:
-        for cold in tiered_since(store, split, fail_on_data_loss=options.fail_on_data_loss):
+        for cold in tiered_since(
+            store,
+            split,
+            fail_on_data_loss=options.fail_on_data_loss,
+            read_committed=options.read_committed,
+        ):
             yield from _read_cold(store, cold, options, target)
             start = cold.end
     if start < split.end:
@@ -61,9 +67,14 @@ def read_split(
 
 
 def tiered_since(
-    store: ColdStore, split: HotSplit, *, fail_on_data_loss: bool = True
+    store: ColdStore,
+    split: HotSplit,
+    *,
+    fail_on_data_loss: bool = True,
+    read_committed: bool = False,
 ) -> list[ColdSplit]:
-    """The objects now holding the start of `split`, contiguous from its start.
+    """The objects now holding the start of `split`, contiguous from its start (at
+    read_committed, those the objects alone decide: cold.ColdView).
 
     A cold compaction swapped in since planning moves the manifest's compacted end past the
     planned one (every swap does), and its objects below the new compacted end may hold the
@@ -74,11 +85,12 @@ def tiered_since(
     found = []
     position = split.start
     manifest = store.manifest(split.topic, split.partition)
+    cold = ColdView(manifest, read_committed=read_committed)
     compacted_since = 0 <= split.compacted_end < manifest.compacted_end_offset
     for item in finished_objects(manifest):
         if item.last_offset < position:
             continue
-        if item.base_offset > position or position >= split.end:
+        if item.base_offset > position or position >= min(split.end, cold.end):
             break
         rewritten = compacted_since and item.base_offset < manifest.compacted_end_offset
         if rewritten and fail_on_data_loss:
@@ -88,8 +100,9 @@ def tiered_since(
                 f"{manifest.compacted_end_offset}, planned at {split.compacted_end}); run "
                 "the query again, or set failOnDataLoss=false to read the compacted records"
             )
-        end = min(split.end, item.last_offset + 1)
-        found.append(ColdSplit(split.topic, split.partition, (item,), position, end))
+        end = min(split.end, cold.end, item.last_offset + 1)
+        aborted = tuple(overlapping(cold.aborted, position, end))
+        found.append(ColdSplit(split.topic, split.partition, (item,), position, end, aborted))
         position = end
     return found
 
@@ -101,7 +114,7 @@ def _read_cold(
         start = max(split.start, item.base_offset)
         end = min(split.end, item.last_offset + 1)
         try:
-            for batch in store.read(item, start, end, target.names):
+            for batch in store.read(item, start, end, target.names, split.aborted):
                 if batch.num_rows:
                     yield _conform(batch, target)
         except DataLossError:
@@ -123,7 +136,9 @@ async def _fetch(split: HotSplit, start: int, options: ReadOptions) -> list[Reco
     tp = TopicPartition(split.topic, split.partition)
     out: list[Record] = []
     async with Consumer(
-        bootstrap_servers=options.bootstrap_servers, auto_offset_reset="none"
+        bootstrap_servers=options.bootstrap_servers,
+        auto_offset_reset="none",
+        isolation_level=options.isolation_level,
     ) as consumer:
         consumer.assign([tp])
         consumer.seek(tp, start)

@@ -60,30 +60,39 @@ def write_batches(batches: Iterator[pa.RecordBatch], options: WriteOptions) -> i
 
 
 async def _produce(batches: Iterator[pa.RecordBatch], options: WriteOptions) -> int:
-    written = 0
     async with Producer(
         bootstrap_servers=options.bootstrap_servers, acks="all", linger_ms=options.linger_ms
     ) as producer:
-        futures = []
-        for batch in batches:
-            for row in batch.to_pylist():
-                topic = options.topic or row["topic"]
-                if topic is None:
-                    raise ValueError("a row has no topic (null `topic` and no topic option)")
-                futures.append(
-                    await producer.send(
-                        topic,
-                        _as_bytes(row["value"]),
-                        key=_as_bytes(row.get("key")),
-                        headers=[(h["key"], h["value"]) for h in row.get("headers") or ()],
-                        partition=row.get("partition"),
-                    )
+        return await send_rows(producer, batches, options)
+
+
+async def send_rows(
+    producer: Producer, batches: Iterator[pa.RecordBatch], options: WriteOptions
+) -> int:
+    """Send every row of `batches` and wait until each one is acknowledged (raises if one was
+    not); the number of rows sent. Inside a transaction, acknowledged is not yet committed.
+
+    Spark's iterator blocks while the rows are still being computed: it is read in a thread, so
+    that the producer sends what it has meanwhile instead of holding it until the end."""
+    futures = []
+    while (batch := await asyncio.to_thread(next, batches, None)) is not None:
+        for row in batch.to_pylist():
+            topic = options.topic or row["topic"]
+            if topic is None:
+                raise ValueError("a row has no topic (null `topic` and no topic option)")
+            futures.append(
+                await producer.send(
+                    topic,
+                    _as_bytes(row["value"]),
+                    key=_as_bytes(row.get("key")),
+                    headers=[(h["key"], h["value"]) for h in row.get("headers") or ()],
+                    partition=row.get("partition"),
                 )
-        await producer.flush()
-        for future in futures:
-            await future  # raises if a record was not acknowledged
-            written += 1
-    return written
+            )
+    await producer.flush()
+    for future in futures:
+        await future  # raises if a record was not acknowledged
+    return len(futures)
 
 
 def _as_bytes(value: Any) -> bytes | None:

@@ -13,7 +13,12 @@ from pathlib import Path
 
 import pytest
 from riverbed.broker.groups import log_store
-from riverbed.broker.groups.log_store import CommittedOffset, Entry
+from riverbed.broker.groups.log_store import (
+    CommittedOffset,
+    Entry,
+    OnAppended,
+    TransactionalProducer,
+)
 from riverbed.broker.groups.offset_store import ExpiryBase, OffsetStore
 from riverbed.broker.groups.offsets_topic import OFFSETS_TOPIC
 from riverbed.coordination.metadata_cache import MetadataCache, PartitionMetadata, TopicMetadata
@@ -135,8 +140,16 @@ def data_topic_cache() -> MetadataCache:
 
 
 def offset_store(partition: Partition, metadata_max_bytes: int = 4096) -> OffsetStore:
-    async def write(_group_id: str, entries: Sequence[Entry]) -> int:
-        return await log_store.append(partition, entries, NOW_MS, 1_000)
+    async def write(
+        _group_id: str,
+        entries: Sequence[Entry],
+        *,
+        producer: TransactionalProducer | None = None,
+        on_appended: OnAppended | None = None,
+    ) -> int:
+        return await log_store.append(
+            partition, entries, NOW_MS, 1_000, producer=producer, on_appended=on_appended
+        )
 
     return OffsetStore(data_topic_cache(), write, metadata_max_bytes)
 

@@ -407,7 +407,7 @@ def replicate(leader: PartitionLog, follower: PartitionLog, state: ProducerState
         finally:
             region.close()
         follower.append_as_follower(buf, headers)
-        state.rebuild(headers)
+        state.rebuild((h, None) for h in headers)
 
 
 def test_a_followers_producer_state_is_the_leaders(tmp_path: Path) -> None:
@@ -449,7 +449,7 @@ def test_producer_state_reloads_after_a_truncation(tmp_path: Path) -> None:
 
     log.truncate_to(25)  # the batch 24..25 goes whole
     assert log.log_end_offset == 24
-    reloaded = load_producer_state(tmp_path, log.log_end_offset, log.batch_headers)
+    reloaded = load_producer_state(tmp_path, log.log_end_offset, log.batches_with_markers)
     assert reloaded.encode_snapshot() == states_at[24]
     assert snapshot_files(tmp_path) == [], "both snapshots described the cut tail"
     assert produce(log, reloaded, idempotent(0, 24, 2)).first_offset == 24

@@ -19,6 +19,7 @@ from riverbed.hot.storage.producer_state import (
     snapshot_files,
     snapshot_path,
 )
+from riverbed.protocol.control_records import ControlType
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.record_types import TopicPartition
 from riverbed.protocol.records import BatchHeader, encode_batch, validate_records
@@ -183,9 +184,10 @@ def test_producers_are_independent() -> None:
     assert error_of(log, header(PID + 1, seq=10)) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
-def test_transactional_batches_are_refused() -> None:
+def test_a_plain_batch_inside_an_open_transaction_is_refused() -> None:
     log = Log()
-    code = error_of(log, header(attributes=TRANSACTIONAL))
+    log.produce(header(attributes=TRANSACTIONAL))
+    code = error_of(log, header(seq=1))
     assert code == ErrorCode.INVALID_TXN_STATE
 
 
@@ -265,9 +267,9 @@ def test_reopening_recovers_the_state_from_snapshot_and_tail(tmp_path: Path) -> 
     reopened = open_log(tmp_path)
     scanned_from: list[int] = []
 
-    def batches_from(offset: int) -> list[BatchHeader]:
+    def batches_from(offset: int) -> list[tuple[BatchHeader, tuple[ControlType, int] | None]]:
         scanned_from.append(offset)
-        return list(reopened.batch_headers(offset))
+        return list(reopened.batches_with_markers(offset))
 
     loaded = load_producer_state(tmp_path, reopened.log_end_offset, batches_from)
     assert scanned_from == [10]  # only the batches after the snapshot were read
@@ -294,7 +296,7 @@ def test_a_snapshot_is_not_written_again_until_the_state_changes(tmp_path: Path)
     log.close()
 
     reopened = open_log(tmp_path)
-    loaded = load_producer_state(tmp_path, reopened.log_end_offset, reopened.batch_headers)
+    loaded = load_producer_state(tmp_path, reopened.log_end_offset, reopened.batches_with_markers)
     assert loaded.take_snapshot(tmp_path, end)  # read from it and unchanged: not rewritten
     assert path.stat().st_ino == written.st_ino
     produce(reopened, loaded, idempotent_batch(5))
@@ -308,7 +310,7 @@ def test_without_snapshots_the_whole_log_is_scanned(tmp_path: Path) -> None:
     state = ProducerStateManager()
     for seq in range(0, 30, 3):
         produce(log, state, idempotent_batch(seq, count=3))
-    loaded = load_producer_state(tmp_path, log.log_end_offset, log.batch_headers)
+    loaded = load_producer_state(tmp_path, log.log_end_offset, log.batches_with_markers)
     assert loaded.encode_snapshot() == state.encode_snapshot()
     log.close()
 
@@ -323,7 +325,7 @@ def test_snapshots_above_the_log_end_and_unreadable_ones_are_dropped(tmp_path: P
     beyond = snapshot_path(tmp_path, 99)
     beyond.write_bytes(state.encode_snapshot())
     snapshot_path(tmp_path, 4).write_bytes(b"garbage")
-    loaded = load_producer_state(tmp_path, log.log_end_offset, log.batch_headers)
+    loaded = load_producer_state(tmp_path, log.log_end_offset, log.batches_with_markers)
     assert not beyond.exists()
     assert not snapshot_path(tmp_path, 4).exists()
     assert loaded.encode_snapshot() == state.encode_snapshot()  # snapshot 3 + batch at 3
@@ -367,7 +369,7 @@ def test_rebuilding_from_the_log_equals_the_live_state(
             written.append(dataclasses.replace(candidate, base_offset=outcome))
             next_seq[producer_id] = seq + count
     rebuilt = ProducerStateManager()
-    rebuilt.rebuild(written)
+    rebuilt.rebuild((h, None) for h in written)
     assert rebuilt.encode_snapshot() == live.state.encode_snapshot()
     snapshot = live.state.encode_snapshot()
     assert ProducerStateManager.decode_snapshot(snapshot).encode_snapshot() == snapshot

@@ -17,6 +17,13 @@ Every write to the log goes through `_append`, which refuses a partition that is
 re-checks after the write that the partition was not unloaded (or reloaded) meanwhile, so no
 write's outcome lands in memory that belongs to another leadership term.
 
+Transactional offsets (TxnOffsetCommit) stay pending until the broker, having written the
+transaction's marker to a `__consumer_offsets` partition it leads, calls `complete_transaction`.
+A marker written while the partition still loads is remembered and applied once the load ends:
+the load may have read the log's end before the marker landed (applying one the load did replay
+finds nothing left to decide, and no later transaction of that producer can have been written
+meanwhile, since TxnOffsetCommit waits for the load).
+
 Expiry runs every `offsets.retention.check.interval.ms` (see riverbed.broker.groups.offset_store).
 """
 
@@ -28,7 +35,12 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
 from riverbed.broker.groups import log_store
 from riverbed.broker.groups.group_values import GroupState
-from riverbed.broker.groups.log_store import CommittedOffset, Entry
+from riverbed.broker.groups.log_store import (
+    CommittedOffset,
+    Entry,
+    OnAppended,
+    TransactionalProducer,
+)
 from riverbed.broker.groups.membership import GroupMembership
 from riverbed.broker.groups.offset_store import MS_PER_MINUTE, ExpiryBase, OffsetStore
 from riverbed.broker.groups.offsets_topic import (
@@ -79,6 +91,8 @@ class GroupCoordinator:
         self._failed: set[int] = set()
         # Bumped at every load: a write's outcome only counts in the term it was written in.
         self._terms: dict[int, int] = {}
+        # Markers written while their partition loads: (producer id, committed), in order.
+        self._ended_while_loading: dict[int, list[tuple[int, bool]]] = {}
         self._expiry_task: asyncio.Task[None] | None = None
         self._active = False
 
@@ -136,8 +150,11 @@ class GroupCoordinator:
             self._membership.load(group_id, value)
         for group_id, offsets in loaded.offsets.items():
             self._offsets.load(group_id, offsets)
+        self._offsets.load_transactional(loaded.transactional)
         del self._loading[index]
         self._loaded.add(index)
+        for producer_id, committed in self._ended_while_loading.pop(index, []):
+            self.complete_transaction(index, producer_id, committed)
         log.info(
             "loaded %d groups and the offsets of %d groups from %s in %d ms",
             len(loaded.groups),
@@ -152,6 +169,7 @@ class GroupCoordinator:
             task.cancel()
         self._loaded.discard(index)
         self._failed.discard(index)
+        self._ended_while_loading.pop(index, None)
         group_ids = [
             group_id
             for group_id in self._group_ids()
@@ -293,13 +311,76 @@ class GroupCoordinator:
             return codes | dict.fromkeys(known, code)
         return codes | await self._offsets.commit(group_id, known)
 
+    async def commit_transactional_offsets(
+        self,
+        group_id: str,
+        producer: TransactionalProducer,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        offsets: Mapping[TopicPartition, CommittedOffset],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """TxnOffsetCommit: the error code of each partition. The offsets are pending until
+        `complete_transaction`; the producer's epoch is checked by the log as the batch is
+        appended (INVALID_PRODUCER_EPOCH, PRODUCER_FENCED pass through to the client)."""
+        codes = dict.fromkeys(
+            self._offsets.unknown_partitions(offsets), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        )
+        known = {tp: committed for tp, committed in offsets.items() if tp not in codes}
+        if not known:
+            return codes
+        try:
+            self._check(group_id)  # unlike OffsetCommit, an empty group id is INVALID_GROUP_ID
+        except KafkaError as error:
+            return codes | dict.fromkeys(known, error.code)
+        code = self._membership.check_commit(
+            group_id, generation_id, member_id, group_instance_id, transactional=True
+        )
+        if code != ErrorCode.NONE:
+            return codes | dict.fromkeys(known, code)
+        return codes | await self._offsets.commit_transactional(group_id, producer, known)
+
+    def complete_transaction(self, partition_index: int, producer_id: int, committed: bool) -> None:
+        """A marker for `producer_id` is committed in `__consumer_offsets-<partition_index>`,
+        which this broker leads: its pending offsets in the partition's groups become the
+        committed offsets (`committed`) or are dropped."""
+        if partition_index in self._loading:
+            self._ended_while_loading.setdefault(partition_index, []).append(
+                (producer_id, committed)
+            )
+            return
+        if partition_index not in self._loaded:
+            # Not led here (any more): the partition's next leader replays the marker.
+            return
+        group_ids = [
+            group_id
+            for group_id in self._offsets.transactional_groups(producer_id)
+            if partition_for(group_id, self._partition_count) == partition_index
+        ]
+        completed = self._offsets.complete_transaction(producer_id, group_ids, committed)
+        if completed:
+            log.debug(
+                "%s offsets of producer %d in groups %s",
+                "committed" if committed else "aborted",
+                producer_id,
+                sorted(completed),
+            )
+
     def fetch_offsets(
         self, group_id: str, partitions: Collection[TopicPartition] | None
     ) -> dict[TopicPartition, CommittedOffset | None]:
-        """OffsetFetch: the committed offsets of `partitions` (None: all the group has).
-        Nothing is ever pending (no transactions), so require_stable changes nothing."""
+        """OffsetFetch: the committed offsets of `partitions` (None: all the group has);
+        pending transactional offsets are not among them."""
         self._check(group_id, allow_empty_id=True)
         return self._offsets.fetch(group_id, partitions)
+
+    def unstable_offsets(
+        self, group_id: str, partitions: Collection[TopicPartition]
+    ) -> set[TopicPartition]:
+        """Those of `partitions` with a pending transactional offset (OffsetFetch with
+        require_stable answers them UNSTABLE_OFFSET_COMMIT, as Kafka does)."""
+        self._check(group_id, allow_empty_id=True)
+        return self._offsets.unstable(group_id, partitions)
 
     def committed_offsets(self) -> Iterator[tuple[str, TopicPartition, int]]:
         """(group, partition, committed offset) of every group this coordinator has loaded."""
@@ -310,9 +391,16 @@ class GroupCoordinator:
 
     # -- the log -----------------------------------------------------------------------------------
 
-    async def _append(self, group_id: str, entries: Sequence[Entry]) -> int:
-        """Write entries to the group's partition; the first one's offset once committed.
-        Raises KafkaError with the storage's code."""
+    async def _append(
+        self,
+        group_id: str,
+        entries: Sequence[Entry],
+        *,
+        producer: TransactionalProducer | None = None,
+        on_appended: OnAppended | None = None,
+    ) -> int:
+        """Write entries to the group's partition (in `producer`'s transaction if given); the
+        first one's offset once committed. Raises KafkaError with the storage's code."""
         index = partition_for(group_id, self._partition_count)
         partition = self._partitions.get(OFFSETS_TOPIC, index)
         if partition is None or index not in self._loaded:
@@ -321,7 +409,12 @@ class GroupCoordinator:
             )
         term = self._terms.get(index)
         first_offset = await log_store.append(
-            partition, entries, self._now_ms(), self._config.offsets_commit_timeout_ms
+            partition,
+            entries,
+            self._now_ms(),
+            self._config.offsets_commit_timeout_ms,
+            producer=producer,
+            on_appended=on_appended,
         )
         if index not in self._loaded or self._terms.get(index) != term:
             # Committed, but the new coordinator loads it from the log; this broker forgot

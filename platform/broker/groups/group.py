@@ -568,10 +568,18 @@ class Group:
         return ErrorCode.NONE
 
     def check_commit(
-        self, generation_id: int, member_id: str, group_instance_id: str | None, now_ms: int
+        self,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        now_ms: int,
+        *,
+        transactional: bool = False,
     ) -> ErrorCode:
         """Whether an OffsetCommit may be stored (Kafka's validateOffsetCommit); a commit by a
-        member counts as a heartbeat."""
+        member counts as a heartbeat. A TxnOffsetCommit (`transactional`) is only fenced
+        (KIP-447): v0-2 carry no member, so one without a member goes through whatever the
+        group's state, and it neither waits for a rebalance nor counts as a heartbeat."""
         if self._state is GroupState.DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if generation_id < 0 and self._state is GroupState.EMPTY:
@@ -582,8 +590,10 @@ class Group:
                 return error
             if generation_id != self._generation_id:
                 return ErrorCode.ILLEGAL_GENERATION
-        else:
+        elif not transactional:
             return ErrorCode.UNKNOWN_MEMBER_ID  # only members commit for a group with members
+        if transactional:
+            return ErrorCode.NONE
         if self._state is GroupState.COMPLETING_REBALANCE:
             # The member has the new generation but not yet its assignment.
             return ErrorCode.REBALANCE_IN_PROGRESS

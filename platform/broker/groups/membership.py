@@ -257,15 +257,27 @@ class GroupMembership:
     # -- what the offsets need ---------------------------------------------------------------------
 
     def check_commit(
-        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        *,
+        transactional: bool = False,
     ) -> ErrorCode:
-        """NONE if an OffsetCommit with these credentials may be stored (Kafka's rules)."""
+        """NONE if an OffsetCommit (a TxnOffsetCommit if `transactional`) with these credentials
+        may be stored (Kafka's rules)."""
         group = self._groups.get(group_id)
         if group is None:
-            # Without group management (generation -1) anyone may commit; a generation names
-            # a group that is gone.
-            return ErrorCode.NONE if generation_id < 0 else ErrorCode.ILLEGAL_GENERATION
-        error = group.check_commit(generation_id, member_id, group_instance_id, self._now_ms())
+            # Without group management (generation -1) anyone may commit. Otherwise an
+            # OffsetCommit's generation names a group that is gone; Kafka validates a
+            # TxnOffsetCommit against a new Empty group instead, where no member is known.
+            if generation_id < 0:
+                return ErrorCode.NONE
+            return ErrorCode.UNKNOWN_MEMBER_ID if transactional else ErrorCode.ILLEGAL_GENERATION
+        error = group.check_commit(
+            generation_id, member_id, group_instance_id, self._now_ms(), transactional=transactional
+        )
         self._settle(group)
         return error
 

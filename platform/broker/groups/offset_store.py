@@ -11,31 +11,55 @@ its group — when an Empty group became empty (or its commit time when that is 
 commit time for a group without members that never used group management ("simple" consumers),
 and for a Stable consumer group only offsets of topics it no longer subscribes to, by commit
 time. An offset committed with an explicit retention (OffsetCommit v2-4) expires at its own
-expire timestamp. Offsets with a commit in flight never expire.
+expire timestamp. Offsets with a commit in flight never expire, nor do offsets with a pending
+transactional offset (Kafka's rule).
+
+Transactional offsets (TxnOffsetCommit, KIP-98) are pending from the moment their batch is in the
+local log until the transaction's marker decides them (`complete_transaction`); see
+riverbed.broker.groups.txn_offsets. A group with pending offsets exists as far as listing,
+describing and deleting go, as in Kafka; deleting it tombstones its pending partitions too.
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Final
+from typing import Final, Protocol
 
 from riverbed.broker.groups.log_store import (
     NO_TIMESTAMP,
     CommittedOffset,
     Entry,
+    OnAppended,
+    TransactionalProducer,
     coordinator_error,
     offset_commit_entry,
     offset_tombstone,
 )
+from riverbed.broker.groups.txn_offsets import GroupOffsets, PendingTransactionalOffsets
 from riverbed.coordination.metadata_cache import MetadataCache
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.record_types import TopicPartition
 
-# Writes entries to the group's __consumer_offsets partition; returns the offset of the first
-# once committed; raises KafkaError with the storage's code (mapped here for the client).
-WriteEntries = Callable[[str, Sequence[Entry]], Awaitable[int]]
+
+class WriteEntries(Protocol):
+    """Writes entries to the group's __consumer_offsets partition (in `producer`'s transaction
+    if one is given); returns the offset of the first once committed; raises KafkaError with
+    the storage's code (mapped here for the client). `on_appended` is told the first offset as
+    soon as the batch is in the local log."""
+
+    async def __call__(
+        self,
+        group_id: str,
+        entries: Sequence[Entry],
+        /,
+        *,
+        producer: TransactionalProducer | None = None,
+        on_appended: OnAppended | None = None,
+    ) -> int: ...
+
+
 MS_PER_MINUTE: Final = 60_000
 
 
@@ -59,14 +83,33 @@ class OffsetStore:
         # Commits written but not yet committed, per key: such an offset is about to change,
         # so expiry leaves it alone.
         self._pending: collections.Counter[tuple[str, TopicPartition]] = collections.Counter()
+        self._transactional = PendingTransactionalOffsets()
 
     # -- reads ----------------------------------------------------------------------------------
 
     def group_ids(self) -> set[str]:
-        return set(self._offsets)
+        """Groups with committed or pending transactional offsets."""
+        return set(self._offsets) | self._transactional.group_ids()
 
     def has_offsets(self, group_id: str) -> bool:
-        return group_id in self._offsets
+        """Whether the group has committed or pending transactional offsets (Kafka's
+        GroupMetadata.hasOffsets: such a group is not removed)."""
+        return group_id in self._offsets or self._transactional.has_group(group_id)
+
+    def unstable(self, group_id: str, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
+        """Those of `partitions` with a pending transactional offset in the group
+        (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them)."""
+        return self._transactional.partitions(group_id).intersection(partitions)
+
+    def pending_transactional(
+        self, producer_id: int, group_id: str
+    ) -> dict[TopicPartition, CommittedOffset]:
+        """The producer's pending transactional offsets in the group."""
+        return self._transactional.get(producer_id, group_id)
+
+    def transactional_groups(self, producer_id: int) -> set[str]:
+        """The groups where the producer has pending transactional offsets."""
+        return self._transactional.groups_of(producer_id)
 
     def fetch(
         self, group_id: str, partitions: Iterable[TopicPartition] | None
@@ -85,9 +128,14 @@ class OffsetStore:
         if offsets:
             self._offsets[group_id] = dict(offsets)
 
+    def load_transactional(self, pending: PendingTransactionalOffsets) -> None:
+        """Take the pending transactional offsets a load of a partition found."""
+        self._transactional.merge(pending)
+
     def unload(self, group_ids: Collection[str]) -> None:
         for group_id in group_ids:
             self._offsets.pop(group_id, None)
+        self._transactional.drop_groups(group_ids)
 
     # -- commits --------------------------------------------------------------------------------
 
@@ -108,13 +156,7 @@ class OffsetStore:
         Metadata longer than offset.metadata.max.bytes gets OFFSET_METADATA_TOO_LARGE; the rest
         is written as one batch and shares its outcome.
         """
-        codes: dict[TopicPartition, ErrorCode] = {}
-        accepted: dict[TopicPartition, CommittedOffset] = {}
-        for tp, committed in offsets.items():
-            if _java_length(committed.metadata) > self._metadata_max_bytes:
-                codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
-            else:
-                accepted[tp] = committed
+        codes, accepted = self._sized(offsets)
         if not accepted:
             return codes
         entries = [offset_commit_entry(group_id, tp, c) for tp, c in accepted.items()]
@@ -132,6 +174,58 @@ class OffsetStore:
         for position, (tp, committed) in enumerate(accepted.items()):
             self._put(group_id, tp, replace(committed, record_offset=first_offset + position))
         return codes | dict.fromkeys(accepted, ErrorCode.NONE)
+
+    async def commit_transactional(
+        self,
+        group_id: str,
+        producer: TransactionalProducer,
+        offsets: Mapping[TopicPartition, CommittedOffset],
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Write a validated TxnOffsetCommit in the producer's transaction: the code per
+        partition. The offsets are pending from the moment the batch is in the local log (a
+        marker may follow before it is committed), as a replay of this log would find them."""
+        codes, accepted = self._sized(offsets)
+        if not accepted:
+            return codes
+        entries = [offset_commit_entry(group_id, tp, c) for tp, c in accepted.items()]
+
+        def appended(first_offset: int) -> None:
+            for position, (tp, committed) in enumerate(accepted.items()):
+                at = replace(committed, record_offset=first_offset + position)
+                self._transactional.add(producer.producer_id, group_id, tp, at)
+
+        try:
+            await self._write(group_id, entries, producer=producer, on_appended=appended)
+        except KafkaError as error:
+            return codes | dict.fromkeys(accepted, coordinator_error(error, commit=True).code)
+        return codes | dict.fromkeys(accepted, ErrorCode.NONE)
+
+    def complete_transaction(
+        self, producer_id: int, group_ids: Iterable[str], committed: bool
+    ) -> GroupOffsets:
+        """The producer's transaction ended in the partition of `group_ids`: its pending
+        offsets there become the committed ones (unless a later record of the key already is)
+        or are dropped. Returns the offsets it decided."""
+        completed = self._transactional.complete(producer_id, group_ids)
+        if committed:
+            for group_id, offsets in completed.items():
+                for tp, offset in offsets.items():
+                    self._put(group_id, tp, offset)
+        return completed
+
+    def _sized(
+        self, offsets: Mapping[TopicPartition, CommittedOffset]
+    ) -> tuple[dict[TopicPartition, ErrorCode], dict[TopicPartition, CommittedOffset]]:
+        """(OFFSET_METADATA_TOO_LARGE per partition whose metadata is longer than
+        offset.metadata.max.bytes, the others)."""
+        codes: dict[TopicPartition, ErrorCode] = {}
+        accepted: dict[TopicPartition, CommittedOffset] = {}
+        for tp, committed in offsets.items():
+            if _java_length(committed.metadata) > self._metadata_max_bytes:
+                codes[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                accepted[tp] = committed
+        return codes, accepted
 
     def _put(self, group_id: str, tp: TopicPartition, committed: CommittedOffset) -> None:
         offsets = self._offsets.setdefault(group_id, {})
@@ -156,20 +250,24 @@ class OffsetStore:
             current = offsets.get(tp)
             if current is not None and current.record_offset < first_offset + position:
                 del offsets[tp]
+            self._transactional.discard(group_id, tp, first_offset + position)
         if not offsets:
             self._offsets.pop(group_id, None)
 
     async def remove_group(self, group_id: str) -> None:
-        """Tombstone every offset of the group (DeleteGroups). Raises KafkaError."""
-        await self.remove(group_id, list(self._offsets.get(group_id, {})))
+        """Tombstone every offset of the group, pending transactional ones too (DeleteGroups,
+        as Kafka's deleteAllOffsets). Raises KafkaError."""
+        partitions = set(self._offsets.get(group_id, {})) | self._transactional.partitions(group_id)
+        await self.remove(group_id, sorted(partitions))
 
     def expired(
         self, group_id: str, base: ExpiryBase, now_ms: int, retention_ms: int
     ) -> list[TopicPartition]:
         """The group's offsets that have expired at `now_ms` (see the module docstring)."""
         expired = []
+        transactional = self._transactional.partitions(group_id)
         for tp, committed in self._offsets.get(group_id, {}).items():
-            if tp.topic in base.kept_topics or self._pending[(group_id, tp)]:
+            if tp.topic in base.kept_topics or self._pending[(group_id, tp)] or tp in transactional:
                 continue
             if committed.expire_timestamp_ms != NO_TIMESTAMP:
                 due = now_ms >= committed.expire_timestamp_ms

@@ -16,6 +16,7 @@ from riverbed.broker.fetch_sessions import (
 from riverbed.broker.groups.coordinator import GroupCoordinator
 from riverbed.broker.handlers.topic_descriptions import TopicDescriptions
 from riverbed.broker.metrics import BrokerMetrics
+from riverbed.broker.transactions.coordinator import TransactionCoordinator
 from riverbed.configs import BrokerConfig
 from riverbed.coordination.controller import Controller
 from riverbed.coordination.metadata import ClusterMetadataStore
@@ -49,6 +50,7 @@ class BrokerContext:
     producer_ids: ProducerIdIssuer
     isr_manager: IsrManager
     groups: GroupCoordinator
+    transactions: TransactionCoordinator
     metrics: BrokerMetrics
     controller: Controller | None = None  # ours; active only while this broker is controller
     now_ms: Callable[[], int] = field(default=wall_clock_ms)

@@ -1,6 +1,10 @@
 """Fetch: hand file ranges of whole batches to the server, long-polling without busy loops.
 
-Semantics follow Kafka: reads stop at the high watermark; the response holds at most `max_bytes`
+Semantics follow Kafka: reads stop at the high watermark (at the last stable offset for
+consumers at isolation_level 1, read_committed, whose partitions then carry the aborted
+transactions overlapping what they read, from the log's transaction index, or for offsets only
+the remote tier holds from the manifest's objects and then the local index; `aborted_transactions`
+is null otherwise, as Kafka sends it); the response holds at most `max_bytes`
 (and `partition_max_bytes` per partition) except that the first batch of the first non-empty
 partition is always returned whole (KIP-74), so a consumer can never get stuck on a large batch.
 When fewer than `min_bytes` are available the request parks a future on each partition it reads
@@ -46,6 +50,7 @@ log = logging.getLogger(__name__)
 
 TopicResponse = m.FetchResponse.FetchableTopicResponse
 PartitionData = m.FetchResponse.PartitionData
+AbortedTransaction = m.FetchResponse.AbortedTransaction
 
 # A consumer fetch names no replica (-1); followers send their broker id (>= 0).
 CONSUMER_REPLICA_ID = -1
@@ -53,6 +58,8 @@ CONSUMER_REPLICA_ID = -1
 FETCH_MAX_WAIT_MS_MAX = 60_000
 # Partition results that let a fetch go on waiting for data.
 _WAITING_CODES = frozenset({ErrorCode.NONE, ErrorCode.TOPIC_AUTHORIZATION_FAILED})
+# Kafka's IsolationLevel.READ_COMMITTED.
+READ_COMMITTED = 1
 # Fetch v7 brought sessions; older requests are sessionless.
 FETCH_SESSIONS_VERSION_MIN = 7
 ZERO_UUID = uuid.UUID(int=0)
@@ -72,6 +79,8 @@ class _PartitionRead:
     remote_offset: int | None = None
     remote_max_bytes: int = 0
     remote_batches: bytes | None = None
+    # A read_committed consumer's remote read: cut at the LSO, with the aborted transactions.
+    remote_read_committed: bool = False
     # Offsets the response hands out from the fetch offset on (riverbed_topic_records_out).
     offsets_out: int = 0
     key: PartitionKey | None = None  # in the fetch session
@@ -165,6 +174,7 @@ async def _serve(
     max_wait_ms = min(max(request.max_wait_ms, 0), FETCH_MAX_WAIT_MS_MAX)
     deadline = loop.time() + max_wait_ms / 1000
     uses_ids = version >= 13
+    read_committed = request.isolation_level == READ_COMMITTED and replica_id < 0
     watch = session.watch if session is not None else None
     incremental = wanted is None
     arrived = True
@@ -179,7 +189,15 @@ async def _serve(
             to_read = wanted
         denied = _denied_topics(ctx, to_read, uses_ids, replica_id, access)
         reads = _read_all(
-            ctx, to_read, request.max_bytes, uses_ids, replica_id, denied, arrived, watch
+            ctx,
+            to_read,
+            request.max_bytes,
+            uses_ids,
+            replica_id,
+            denied,
+            arrived,
+            watch,
+            read_committed,
         )
         arrived = False
         await _read_remote(ctx, reads)
@@ -229,10 +247,12 @@ def _read_all(
     denied: frozenset[str],
     arrived: bool,
     watch: FetchWatch | None,
+    read_committed: bool,
 ) -> list[_PartitionRead]:
     """Read every wanted partition once, within the request's byte budgets (`arrived`: the
     first read of the request, not one after its long poll woke; `watch`: the fetch session's,
-    which each partition read marks from now on)."""
+    which each partition read marks from now on; `read_committed`: a consumer's fetch at
+    read_committed)."""
     reads: list[_PartitionRead] = []
     budget_bytes = max_bytes
     anything_read = False
@@ -243,6 +263,7 @@ def _read_all(
             high_watermark=-1,
             last_stable_offset=-1,
             log_start_offset=-1,
+            aborted_transactions=None,
         )
         read = _PartitionRead(name or "", topic_id, data, key=key)
         reads.append(read)
@@ -263,10 +284,11 @@ def _read_all(
                 first_non_empty=not anything_read,
                 arrived=arrived,
                 watch=watch,
+                read_committed=read_committed,
             )
         except KafkaError as error:
             if not _goes_remote(
-                ctx, read, partition_wanted, error, budget_bytes, replica_id, reads
+                ctx, read, partition_wanted, error, budget_bytes, replica_id, reads, read_committed
             ):
                 data.error_code = error.code
             continue
@@ -301,6 +323,7 @@ def _read_partition(
     first_non_empty: bool,
     arrived: bool,
     watch: FetchWatch | None,
+    read_committed: bool,
 ) -> ReadResult | None:
     data = read.data
     partition = ctx.leader_partition(topic, wanted.partition, wanted.current_leader_epoch)
@@ -339,9 +362,13 @@ def _read_partition(
                 ctx.isr_manager.check(partition)  # it may have caught up enough to rejoin
         max_offset = partition_log.log_end_offset
     else:
-        max_offset = partition_log.high_watermark
+        max_offset = (
+            partition.last_stable_offset if read_committed else partition_log.high_watermark
+        )
     data.high_watermark = partition_log.high_watermark
-    data.last_stable_offset = partition_log.high_watermark
+    data.last_stable_offset = partition.last_stable_offset
+    if read_committed:
+        data.aborted_transactions = []
     if replica_id >= 0:
         # What the follower's log start follows. On a tiered topic not the whole log's start
         # as far as a manifest in memory tells (that may be the local start, above records
@@ -367,6 +394,11 @@ def _read_partition(
         # KIP-74 lets only the first partition with data exceed the budget.
         result.region.close()
         return None
+    if read_committed:
+        data.aborted_transactions = [
+            AbortedTransaction(producer_id=txn.producer_id, first_offset=txn.first_offset)
+            for txn in partition_log.aborted_transactions(wanted.fetch_offset, result.next_offset)
+        ]
     return result
 
 
@@ -378,6 +410,7 @@ def _goes_remote(
     budget_bytes: int,
     replica_id: int,
     reads: list[_PartitionRead],
+    read_committed: bool,
 ) -> bool:
     """Whether a consumer's out-of-range offset lies in the remote tier: then the partition is
     read from there (the first such partition of a request only, as Kafka does, so one slow
@@ -391,7 +424,7 @@ def _goes_remote(
     if wanted.fetch_offset >= partition.log.log_start_offset:
         return False  # past the end: out of range
     read.data.high_watermark = partition.log.high_watermark
-    read.data.last_stable_offset = partition.log.high_watermark
+    read.data.last_stable_offset = partition.last_stable_offset
     if any(r.remote_offset is not None for r in reads):
         # Not OFFSET_OUT_OF_RANGE: that would make the consumer reset its position.
         read.data.log_start_offset = ctx.known_log_start_offset(partition)
@@ -399,6 +432,7 @@ def _goes_remote(
     # Below the local log: whether the remote tier holds it is for _read_remote to say.
     read.remote_offset = wanted.fetch_offset
     read.remote_max_bytes = max(min(wanted.partition_max_bytes, budget_bytes), 0)
+    read.remote_read_committed = read_committed
     return True
 
 
@@ -428,9 +462,33 @@ async def _read_remote(ctx: BrokerContext, reads: list[_PartitionRead]) -> None:
         metrics.remote_fetch_seconds.observe(time.perf_counter() - started_s)
         if batches is None:
             read.data.error_code = ErrorCode.OFFSET_OUT_OF_RANGE
-        else:
-            read.remote_batches = batches
-            read.offsets_out = _next_offset(batches, read.remote_offset) - read.remote_offset
+            continue
+        if read.remote_read_committed:
+            batches = _below(batches, partition.last_stable_offset)
+            end_offset = _next_offset(batches, read.remote_offset)
+            try:
+                aborted = await ctx.tiering.aborted_transactions(
+                    partition, read.remote_offset, end_offset
+                )
+            except KafkaError as error:
+                read.data.error_code = error.code
+                continue
+            read.data.aborted_transactions = [
+                AbortedTransaction(producer_id=txn.producer_id, first_offset=txn.first_offset)
+                for txn in aborted
+            ]
+        read.remote_batches = batches
+        read.offsets_out = _next_offset(batches, read.remote_offset) - read.remote_offset
+
+
+def _below(batches: bytes, offset: int) -> bytes:
+    """The whole batches of `batches` that end below `offset` (headers only)."""
+    end = 0
+    for position, header in iter_batch_headers(batches):
+        if header.last_offset >= offset:
+            return batches[:position]
+        end = position + header.size_bytes
+    return batches[:end]
 
 
 def _next_offset(batches: bytes, offset: int) -> int:

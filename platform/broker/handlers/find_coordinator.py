@@ -1,8 +1,9 @@
-"""FindCoordinator: the broker coordinating a consumer group (key type 0), v4+ several at once.
+"""FindCoordinator: the broker coordinating a consumer group (key type 0) or a transactional id
+(key type 1), v4+ several at once.
 
-The coordinator of a group is the leader of its `__consumer_offsets` partition; the first lookup
-creates the topic (see riverbed.broker.groups.offsets_topic). Riverbed has no transactions, so a
-transactional id (key type 1) has no coordinator: COORDINATOR_NOT_AVAILABLE with a message.
+The coordinator of a group is the leader of its `__consumer_offsets` partition, that of a
+transactional id the leader of its `__transaction_state` partition; the first lookup of each key
+type creates its topic (see riverbed.coordination.internal_topics).
 """
 
 from __future__ import annotations
@@ -55,12 +56,11 @@ async def _find(
     try:
         _check_describe(access, key_type, key)
         if key_type == KEY_TYPE_TRANSACTION:
-            raise KafkaError(
-                ErrorCode.COORDINATOR_NOT_AVAILABLE, "Riverbed does not support transactions"
-            )
-        if key_type != KEY_TYPE_GROUP:
+            broker = await ctx.transactions.find(key)
+        elif key_type == KEY_TYPE_GROUP:
+            broker = await ctx.groups.find(key)
+        else:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown coordinator key type {key_type}")
-        broker = await ctx.groups.find(key)
         endpoint = broker.endpoint(listener)
         if endpoint is None:
             raise KafkaError(

@@ -1,6 +1,10 @@
 """ListOffsets: earliest, latest, max-timestamp and by-timestamp offsets of partitions, and for
 tiered topics the earliest local offset (KIP-405, v8) and the latest tiered offset (KIP-1005, v9:
--1 while nothing is tiered)."""
+-1 while nothing is tiered).
+
+The isolation level bounds what is visible, as in Kafka: at read_committed (1) the latest offset
+is the last stable offset and a timestamp lookup finds nothing at or past it; at
+read_uncommitted the high watermark."""
 
 from __future__ import annotations
 
@@ -20,6 +24,8 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 LATEST_TIERED_TIMESTAMP = -5
+# Kafka's IsolationLevel.READ_COMMITTED.
+READ_COMMITTED = 1
 
 
 async def handle_list_offsets(
@@ -42,13 +48,19 @@ async def handle_list_offsets(
                 for wanted in topic.partitions
             ]
         else:
-            partitions = [await _list_partition(ctx, topic.name, p) for p in topic.partitions]
+            partitions = [
+                await _list_partition(ctx, topic.name, p, request.isolation_level)
+                for p in topic.partitions
+            ]
         topics.append(TopicResponse(name=topic.name, partitions=partitions))
     return m.ListOffsetsResponse(topics=topics)
 
 
 async def _list_partition(
-    ctx: BrokerContext, topic: str, wanted: m.ListOffsetsRequest.ListOffsetsPartition
+    ctx: BrokerContext,
+    topic: str,
+    wanted: m.ListOffsetsRequest.ListOffsetsPartition,
+    isolation_level: int,
 ) -> PartitionResponse:
     response = PartitionResponse(partition_index=wanted.partition_index, timestamp=-1, offset=-1)
     try:
@@ -58,7 +70,7 @@ async def _list_partition(
         return response
     response.leader_epoch = partition.leader_epoch
     try:
-        await _answer(ctx, topic, partition, wanted.timestamp, response)
+        await _answer(ctx, topic, partition, wanted.timestamp, response, isolation_level)
     except KafkaError as error:  # the remote tier could not be read: the client retries
         response.error_code = error.code
     return response
@@ -70,14 +82,19 @@ async def _answer(
     partition: Partition,
     timestamp: int,
     response: PartitionResponse,
+    isolation_level: int,
 ) -> None:
     partition_log = partition.log
+    visible_end = (
+        partition.last_stable_offset
+        if isolation_level == READ_COMMITTED
+        else partition_log.high_watermark
+    )
     if partition.high_watermark_behind_epoch():
         # Retriable: answering the stale HW would send a "latest" consumer back in the log.
         response.error_code = ErrorCode.OFFSET_NOT_AVAILABLE
     elif timestamp == LATEST_TIMESTAMP:
-        # Both isolation levels see the high watermark: there are no open transactions yet.
-        response.offset = partition_log.high_watermark
+        response.offset = visible_end
     elif timestamp == EARLIEST_TIMESTAMP:
         response.offset = await ctx.log_start_offset(partition)
     elif timestamp == EARLIEST_LOCAL_TIMESTAMP:
@@ -98,5 +115,5 @@ async def _answer(
             at = await ctx.tiering.offset_for_timestamp(partition, timestamp)
         if at is None:
             at = partition_log.offset_for_timestamp(timestamp)
-        if at is not None and at[0] < partition_log.high_watermark:
+        if at is not None and at[0] < visible_end:
             response.offset, response.timestamp = at

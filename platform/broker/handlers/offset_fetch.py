@@ -2,7 +2,10 @@
 
 Per version: null topics (v2+) asks for every partition the group committed; a group-level error
 is per partition in v0-1, top-level in v2-7 and per group in v8; v5+ carry the leader epoch.
-A partition without a committed offset answers offset -1 and no error, as in Kafka.
+A partition without a committed offset answers offset -1 and no error, as in Kafka. With
+require_stable (v7+, KIP-447) a partition with a pending transactional offset answers offset -1
+with UNSTABLE_OFFSET_COMMIT (the client retries until the transaction ends); without it the last
+committed offset, as pending transactional offsets never show.
 """
 
 from __future__ import annotations
@@ -27,6 +30,16 @@ NO_METADATA: Final = ""
 UNAUTHORIZED: Final = CommittedOffset(
     offset=NO_OFFSET, leader_epoch=NO_LEADER_EPOCH, metadata=NO_METADATA, commit_timestamp_ms=-1
 )
+# Stands for the offset of a partition with a pending transactional offset when the request
+# requires stable offsets: -1 with UNSTABLE_OFFSET_COMMIT.
+UNSTABLE: Final = CommittedOffset(
+    offset=NO_OFFSET, leader_epoch=NO_LEADER_EPOCH, metadata=NO_METADATA, commit_timestamp_ms=-1
+)
+# The code of a partition answered with one of the stand-ins above (compared by identity).
+_STAND_IN_CODES: Final = {
+    id(UNAUTHORIZED): ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+    id(UNSTABLE): ErrorCode.UNSTABLE_OFFSET_COMMIT,
+}
 
 TopicT = TypeVar("TopicT")
 PartitionT = TypeVar("PartitionT")
@@ -40,12 +53,15 @@ async def handle_offset_fetch(
     """Needs DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) and on each topic: a topic
     asked for by name that the principal may not DESCRIBE answers offset -1 with
     TOPIC_AUTHORIZATION_FAILED; asking for all (null topics) leaves such topics out."""
+    stable = request.require_stable  # False below v7, where the field does not exist
     if version >= 8:
-        return Response(groups=[_fetch_group(ctx, group, access) for group in request.groups])
+        return Response(
+            groups=[_fetch_group(ctx, group, access, stable) for group in request.groups]
+        )
     topics = request.topics
     wanted = None if topics is None else [(t.name, t.partition_indexes) for t in topics]
     try:
-        offsets = _fetch(ctx, access, request.group_id, wanted)
+        offsets = _fetch(ctx, access, request.group_id, wanted, stable)
     except KafkaError as error:
         if version >= 2:
             return Response(error_code=error.code)
@@ -67,12 +83,15 @@ async def handle_offset_fetch(
 
 
 def _fetch_group(
-    ctx: BrokerContext, group: m.OffsetFetchRequest.OffsetFetchRequestGroup, access: Access
+    ctx: BrokerContext,
+    group: m.OffsetFetchRequest.OffsetFetchRequestGroup,
+    access: Access,
+    require_stable: bool,
 ) -> Response.OffsetFetchResponseGroup:
     topics = group.topics
     wanted = None if topics is None else [(t.name, t.partition_indexes) for t in topics]
     try:
-        offsets = _fetch(ctx, access, group.group_id, wanted)
+        offsets = _fetch(ctx, access, group.group_id, wanted, require_stable)
     except KafkaError as error:
         return Response.OffsetFetchResponseGroup(group_id=group.group_id, error_code=error.code)
     return Response.OffsetFetchResponseGroup(
@@ -84,10 +103,24 @@ def _fetch_group(
 
 
 def _fetch(
-    ctx: BrokerContext, access: Access, group_id: str, wanted: Wanted
+    ctx: BrokerContext, access: Access, group_id: str, wanted: Wanted, require_stable: bool
 ) -> dict[TopicPartition, CommittedOffset | None]:
     """The group's offsets of the partitions `wanted` the principal may see; an unauthorized
-    partition asked for by name maps to UNAUTHORIZED."""
+    partition asked for by name maps to UNAUTHORIZED, and with `require_stable` a partition
+    with a pending transactional offset to UNSTABLE."""
+    offsets = _fetch_visible(ctx, access, group_id, wanted)
+    if not require_stable:
+        return offsets
+    # No await since the fetch: the pending offsets are those of the same moment.
+    unstable = ctx.groups.unstable_offsets(
+        group_id, [tp for tp, committed in offsets.items() if committed is not UNAUTHORIZED]
+    )
+    return {tp: UNSTABLE if tp in unstable else c for tp, c in offsets.items()}
+
+
+def _fetch_visible(
+    ctx: BrokerContext, access: Access, group_id: str, wanted: Wanted
+) -> dict[TopicPartition, CommittedOffset | None]:
     check_group(access, AclOperation.DESCRIBE, group_id)
     if not access.enabled:
         return ctx.groups.fetch_offsets(group_id, _partitions(wanted))
@@ -121,15 +154,15 @@ def _topics(
     """The response's topics (v0-7 and v8 have twin structs under different names)."""
     by_topic: dict[str, list[PartitionT]] = {}
     for tp, committed in offsets.items():
-        unauthorized = committed is UNAUTHORIZED
-        found = None if unauthorized else committed
+        stand_in_code = None if committed is None else _STAND_IN_CODES.get(id(committed))
+        found = None if stand_in_code is not None else committed
         by_topic.setdefault(tp.topic, []).append(
             make_partition(
                 partition_index=tp.partition,
                 committed_offset=NO_OFFSET if found is None else found.offset,
                 committed_leader_epoch=NO_LEADER_EPOCH if found is None else found.leader_epoch,
                 metadata=NO_METADATA if found is None else found.metadata,
-                error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED if unauthorized else error_code,
+                error_code=error_code if stand_in_code is None else stand_in_code,
             )
         )
     return [make_topic(name=name, partitions=partitions) for name, partitions in by_topic.items()]

@@ -23,7 +23,7 @@ from typing import Final, TypeVar
 
 from riverbed.client.connection import BrokerConnection
 from riverbed.client.pool import BrokerPool
-from riverbed.client.settings import ConsumerSettings
+from riverbed.client.settings import ClientSettings
 from riverbed.common.backoff import backoff_ms
 from riverbed.errors import ClientClosedError, RetriableError, error_for
 from riverbed.protocol import messages as m
@@ -33,6 +33,7 @@ from riverbed.protocol.messages import RequestBody
 logger = logging.getLogger(__name__)
 
 COORDINATOR_KEY_TYPE_GROUP: Final = 0
+COORDINATOR_KEY_TYPE_TRANSACTION: Final = 1  # a transactional producer's coordinator
 # Error codes after which the coordinator must be looked up again (Java's markCoordinatorUnknown).
 COORDINATOR_MOVED_CODES: Final = frozenset(
     {ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE}
@@ -42,12 +43,20 @@ ResponseT = TypeVar("ResponseT")
 
 
 class CoordinatorLink:
-    """The connection to one group's coordinator; `close()` ends the lookup and the connection."""
+    """The connection to one group's coordinator (or, with COORDINATOR_KEY_TYPE_TRANSACTION,
+    one transactional id's); `close()` ends the lookup and the connection."""
 
-    def __init__(self, settings: ConsumerSettings, pool: BrokerPool, group_id: str) -> None:
+    def __init__(
+        self,
+        settings: ClientSettings,
+        pool: BrokerPool,
+        group_id: str,
+        key_type: int = COORDINATOR_KEY_TYPE_GROUP,
+    ) -> None:
         self._settings = settings
         self._pool = pool
-        self._group_id = group_id
+        self._group_id = group_id  # the key looked up: a group id or a transactional id
+        self._key_type = key_type
         self._connection: BrokerConnection | None = None
         self.node_id: int | None = None  # the coordinator's broker id while connected
         self._lookup: asyncio.Task[BrokerConnection] | None = None
@@ -76,7 +85,7 @@ class CoordinatorLink:
     async def connection(self) -> BrokerConnection:
         """The open connection to the coordinator, looking it up (shared, with retries)."""
         if self._closed:
-            raise ClientClosedError("the consumer is closed")
+            raise ClientClosedError("the client is closed")
         connection = self._connection
         if connection is not None and not connection.closed:
             return connection
@@ -144,7 +153,7 @@ class CoordinatorLink:
                 continue
             if self._closed:
                 await connection.close()
-                raise ClientClosedError("the consumer is closed")
+                raise ClientClosedError("the client is closed")
             self._connection = connection
             self.node_id = node_id
             logger.info(
@@ -157,7 +166,7 @@ class CoordinatorLink:
         response = await connection.call(
             m.FindCoordinatorRequest(
                 key=self._group_id,
-                key_type=COORDINATOR_KEY_TYPE_GROUP,
+                key_type=self._key_type,
                 coordinator_keys=[self._group_id],
             ),
             m.FindCoordinatorResponse,
@@ -171,5 +180,5 @@ class CoordinatorLink:
             code, message = response.error_code, response.error_message
             node_id, host, port = response.node_id, response.host, response.port
         if code != ErrorCode.NONE:
-            raise error_for(code, f"FindCoordinator for group {self._group_id}: {message or ''}")
+            raise error_for(code, f"FindCoordinator for {self._group_id!r}: {message or ''}")
         return node_id, host, port

@@ -6,6 +6,14 @@ from the leader). Requests park futures instead of polling: consumer fetches on 
 (woken when the high watermark moves), follower fetches on `end_waiters` (woken by appends), and
 acks=all produce requests on `commit_waiters` (released once the high watermark passes them).
 See docs/replication.md for the rules.
+
+Transactions: the producer state tracks each partition's open and completed transactions; after
+every change to them or to the HW the partition tells its log the first unstable offset, so the
+log's last stable offset (LSO) is right for readers and the cleaner. The LSO moves only when
+the HW does (a transaction starts at the log end, above the HW, and ends with a marker that only
+counts once the HW passes it), so consumers at read_committed park on the same waiters as at
+read_uncommitted. Markers reach a leader through `append_txn_marker` (WriteTxnMarkers) and a
+follower through replication; either way aborted transactions enter the log's txn index.
 """
 
 from __future__ import annotations
@@ -33,8 +41,10 @@ from riverbed.hot.storage.producer_state import (
     ProducerStateManager,
     load_producer_state,
 )
+from riverbed.hot.storage.transactions import AppendOrigin
+from riverbed.protocol.control_records import ControlType, encode_marker_batch, read_marker
 from riverbed.protocol.errors import ErrorCode, KafkaError
-from riverbed.protocol.records import BatchHeader, stamp_log_append_time
+from riverbed.protocol.records import BatchHeader, parse_batch_header, stamp_log_append_time
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +139,9 @@ class Partition:
         self.watches: dict[FetchWatch, None] = {}
         self._followers: FollowerTracker | None = None
         self._epoch_start_offset = 0
+        # The lowest LSO this leadership may answer from now on (-1: not leading).
+        self._lso_floor = -1
+        self._sync_unstable()
 
     @property
     def is_leader(self) -> bool:
@@ -167,6 +180,7 @@ class Partition:
             self.log.leader_epochs.assign(leader_epoch, self._epoch_start_offset)
             followers = (replica for replica in replicas if replica != self.broker_id)
             self._followers = FollowerTracker(followers, isr, now_ms)
+            self._lso_floor = -1
             # Fetch sessions must read it again: their followers' states here start over.
             self.notify_watches(OTHER_CHANGE)
         self.maybe_advance_high_watermark()
@@ -223,6 +237,24 @@ class Partition:
         """The leader's log start moved (DeleteRecords): fetch sessions answer the new one."""
         self.notify_watches(OTHER_CHANGE)
 
+    @property
+    def last_stable_offset(self) -> int:
+        """Where read_committed consumers stop (see riverbed.hot.storage.log). Never moves back
+        while this broker leads."""
+        lso = self.log.last_stable_offset
+        if self.is_leader:
+            if lso < self._lso_floor:
+                raise RuntimeError(f"{self}: the LSO went back from {self._lso_floor} to {lso}")
+            self._lso_floor = lso
+        return lso
+
+    def _sync_unstable(self) -> None:
+        """Tell the log the producer state's first unstable offset (after a change of the
+        transactions or of the HW)."""
+        self.log.first_unstable_offset = self.producer_state.first_unstable_offset(
+            self.log.high_watermark
+        )
+
     def check_leader(self, current_leader_epoch: int = -1) -> None:
         """Raise the error a client must see when it talks to the wrong replica or epoch."""
         if current_leader_epoch >= 0:
@@ -236,15 +268,21 @@ class Partition:
     # -- leader: appends, followers, high watermark --------------------------------------------
 
     def append_as_leader(
-        self, records: memoryview, headers: list[BatchHeader], now_ms: int
+        self,
+        records: memoryview,
+        headers: list[BatchHeader],
+        now_ms: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> AppendResult | DuplicateBatch:
         """Append validated batches; `now_ms` stamps them when the topic uses LogAppendTime.
-        A retried idempotent batch already in the log is not appended: its offsets come back."""
+        A retried idempotent batch already in the log is not appended: its offsets come back.
+        `origin`: who writes (AppendOrigin.COORDINATOR: a coordinator's records written for a
+        producer, which carry no sequence numbers to check)."""
         self.check_leader()
         # A storage error before the sequence check: see log.WRITE_REFUSED_BACKOFF_MS.
         self.log.check_writable()
         # check, append, on_append: no await in between, so no other append can interleave.
-        duplicate = self.producer_state.check(headers)
+        duplicate = self.producer_state.check(headers, origin)
         if duplicate is not None:
             return duplicate
         if self.log_append_time:
@@ -255,6 +293,44 @@ class Partition:
         result = self.log.append(records, headers, self.leader_epoch)
         self._after_append(result)
         self.producer_state.on_append(headers, result.first_offset)
+        if any(header.is_transactional for header in headers):
+            self._sync_unstable()
+        self.end_waiters.wake_all()
+        self.notify_watches(END_MOVED)
+        self.maybe_advance_high_watermark()
+        return result
+
+    def append_txn_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        control_type: ControlType,
+        now_ms: int,
+    ) -> AppendResult:
+        """Append a transaction's COMMIT or ABORT marker as leader (WriteTxnMarkers). Raises
+        KafkaError: INVALID_PRODUCER_EPOCH for a marker older than the producer's epoch,
+        TRANSACTION_COORDINATOR_FENCED for one from an older coordinator, or the leader and
+        storage errors of any append. The caller waits for the HW to pass it."""
+        self.check_leader()
+        self.log.check_writable()
+        self.producer_state.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        batch = encode_marker_batch(
+            producer_id, producer_epoch, control_type, coordinator_epoch, now_ms
+        )
+        records = memoryview(bytearray(batch))
+        headers = [parse_batch_header(records)]
+        if self.log_append_time:
+            headers = stamp_log_append_time(records, headers, now_ms)
+        if self._followers is not None:
+            self._followers.before_end_moves(self.log.log_end_offset)
+        result = self.log.append(records, headers, self.leader_epoch)
+        self._after_append(result)
+        placed = parse_batch_header(records)  # with the offset the append gave it
+        aborted = self.producer_state.on_marker(placed, control_type, coordinator_epoch)
+        if aborted is not None:
+            self.log.record_aborted_txn(aborted)
+        self._sync_unstable()
         self.end_waiters.wake_all()
         self.notify_watches(END_MOVED)
         self.maybe_advance_high_watermark()
@@ -318,6 +394,7 @@ class Partition:
         if bound <= self.log.high_watermark:
             return False
         self.log.update_high_watermark(bound)
+        self._sync_unstable()
         self.commit_waiters.release_up_to(bound)
         self.data_waiters.wake_all()
         self.notify_watches(HIGH_WATERMARK_MOVED)
@@ -367,10 +444,27 @@ class Partition:
     def append_as_follower(
         self, records: memoryview, headers: list[BatchHeader], leader_high_watermark: int
     ) -> None:
-        """Append batches fetched from the leader as they are, then follow its HW."""
+        """Append batches fetched from the leader as they are, then follow its HW. Markers
+        among them end their transactions here too (aborted ones enter the txn index)."""
         result = self.log.append_as_follower(records, headers)
         self._after_append(result)
-        self.producer_state.rebuild(headers)
+        with_markers = []
+        position = 0
+        transactional = False
+        for header in headers:
+            marker = None
+            if header.is_control:
+                try:
+                    marker = read_marker(records, position, header)
+                except KafkaError as error:  # not a marker: replayed as Kafka skips it
+                    log.warning("%s: %s", self, error)
+            transactional = transactional or header.is_transactional
+            with_markers.append((header, marker))
+            position += header.size_bytes
+        for aborted in self.producer_state.rebuild(with_markers):
+            self.log.record_aborted_txn(aborted)
+        if transactional:
+            self._sync_unstable()
         self.follow_high_watermark(leader_high_watermark)
 
     def follow_log_start(self, leader_log_start_offset: int) -> None:
@@ -384,6 +478,7 @@ class Partition:
         target = min(leader_high_watermark, self.log.log_end_offset)
         if target > self.log.high_watermark:
             self.log.update_high_watermark(target)
+            self._sync_unstable()
 
     def truncate_to(self, offset: int) -> None:
         """Drop a divergent tail (offsets >= `offset`) and rebuild the producer state."""
@@ -391,8 +486,12 @@ class Partition:
             return
         self.log.truncate_to(offset)
         self.producer_state = load_producer_state(
-            self.log.directory, self.log.log_end_offset, self.log.batch_headers
+            self.log.directory,
+            self.log.log_end_offset,
+            self.log.batches_with_markers,
+            on_aborted=self.log.record_aborted_txn,
         )
+        self._sync_unstable()
 
     def restart_at(self, offset: int) -> None:
         """Start over, empty, at the leader's local log start (our log ends below it: the
@@ -401,6 +500,7 @@ class Partition:
         not upload yet."""
         self.log.restart_at(offset)
         self.producer_state = ProducerStateManager()
+        self._sync_unstable()
 
     # -- shared --------------------------------------------------------------------------------
 
@@ -458,7 +558,11 @@ class PartitionManager:
             self._check_log_identity(topic, index, topic_id)
             partition_log = self._log_manager.get_or_create(topic, index, config, topic_id)
             producer_state = load_producer_state(
-                partition_log.directory, partition_log.log_end_offset, partition_log.batch_headers
+                partition_log.directory,
+                partition_log.log_end_offset,
+                partition_log.batches_with_markers,
+                replay_from_max=partition_log.recovered_from,
+                on_aborted=partition_log.record_aborted_txn,
             )
             partition = Partition(topic, index, partition_log, producer_state, self._broker_id)
             partition.topic_id = topic_id

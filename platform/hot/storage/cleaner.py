@@ -26,6 +26,13 @@ among those at or above `min.cleanable.dirty.ratio`, or past `max.compaction.lag
 
 Tombstones: on tiered topics they are never removed here, since the cold tier may still hold
 older values of their keys that a reader from the start would see come back.
+
+Transactions (as Kafka's cleaner): nothing at or past the log's last stable offset is cleaned
+(an open transaction's outcome is unknown there); batches of aborted transactions are dropped
+and take no part in the offset map (an aborted value must not shadow a committed one of its
+key); markers (control batches) are kept, and a cleaned segment keeps every aborted-transaction
+index entry of the segments it replaces. Kafka also removes markers once delete.retention.ms has
+passed after their transaction's data is gone; Riverbed keeps them (they are small).
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from riverbed.hot.storage.compaction import OffsetMap, batch_keys, thin_batch
 from riverbed.hot.storage.index import RELATIVE_OFFSET_MAX
 from riverbed.hot.storage.log import PartitionLog, SegmentStats
 from riverbed.hot.storage.segment import LogSegment
+from riverbed.hot.storage.transactions import AbortedTxn
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.records import (
     RECORD_BATCH_OVERHEAD,
@@ -133,6 +141,8 @@ class SourceSegment:
     next_offset: int
     size_bytes: int
     fd: int
+    # Its transaction index entries, which the cleaned segment keeps.
+    aborted_txns: tuple[AbortedTxn, ...] = ()
 
 
 @dataclass(slots=True)
@@ -148,6 +158,17 @@ class CleaningJob:
     delete_horizon_ms: int
     segment_bytes: int
     index_interval_bytes: int
+    # The aborted transactions overlapping the sources, by producer id: (first, marker offset).
+    aborted: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+
+    def is_aborted(self, header: BatchHeader) -> bool:
+        """Whether `header` is a data batch of an aborted transaction."""
+        if not header.is_transactional or header.is_control:
+            return False
+        ranges = self.aborted.get(header.producer_id)
+        return ranges is not None and any(
+            first <= header.base_offset < last for first, last in ranges
+        )
 
     def close(self) -> None:
         for source in self.sources:
@@ -181,9 +202,19 @@ def prepare(
     segments = partition_log.cleanable_segments(plan.end_offset)
     next_bases = [segment.base_offset for segment in segments[1:]] + [plan.end_offset]
     sources = [
-        SourceSegment(segment.base_offset, next_base, segment.size, os.dup(segment.fd))
+        SourceSegment(
+            segment.base_offset,
+            next_base,
+            segment.size,
+            os.dup(segment.fd),
+            tuple(segment.aborted_txns),
+        )
         for segment, next_base in zip(segments, next_bases, strict=True)
     ]
+    aborted: dict[int, list[tuple[int, int]]] = {}
+    if segments:
+        for txn in partition_log.aborted_transactions(segments[0].base_offset, plan.end_offset):
+            aborted.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
     return CleaningJob(
         partition_log.directory,
         segments,
@@ -192,6 +223,7 @@ def prepare(
         LONG_MIN if keep_tombstones else now_ms - config.delete_retention_ms,
         config.segment_bytes,
         config.index_interval_bytes,
+        aborted,
     )
 
 
@@ -220,7 +252,7 @@ def _build_offset_map(job: CleaningJob, offsets: OffsetMap, throttle: Throttle) 
         if source.next_offset <= first_dirty:
             continue
         for header, batch in _batches(source, throttle):
-            if header.is_control:
+            if header.is_control or job.is_aborted(header):
                 continue
             for _, offset, key, _, _ in batch_keys(batch, header):
                 if offset < first_dirty or key is None:
@@ -275,6 +307,10 @@ def _clean_group(
         for source in sources:
             for header, batch in _batches(source, throttle):
                 result.bytes_read += len(batch)
+                if job.is_aborted(header):
+                    result.records_read += header.records_count
+                    changed = True
+                    continue
                 thinned = thin_batch(batch, header, offsets, job.delete_horizon_ms)
                 result.records_read += thinned.records_in
                 result.records_kept += thinned.records_out
@@ -294,6 +330,9 @@ def _clean_group(
             return False
         if pending:
             _write(cleaned, pending, pending_headers, throttle, result)
+        for source in sources:
+            for txn in source.aborted_txns:
+                cleaned.add_aborted_txn(txn)
         cleaned.seal()
         cleaned.flush()
         return True
@@ -353,7 +392,8 @@ def plan_for(partition_log: PartitionLog, config: TopicConfig, now_ms: int) -> C
     return plan_cleaning(
         partition_log.segment_stats(),
         first_dirty_offset=load_first_dirty_offset(partition_log.directory),
-        high_watermark=partition_log.high_watermark,
+        # Never at or past the first unstable offset (Kafka's cleaner bound).
+        high_watermark=partition_log.last_stable_offset,
         now_ms=now_ms,
         config=config,
     )

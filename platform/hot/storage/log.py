@@ -6,6 +6,9 @@ Vocabulary (used with exactly these meanings everywhere in riverbed.hot):
 - log_end_offset (LEO): the offset the next appended record gets, one past the last record;
 - high_watermark (HW): set by the broker once offsets are replicated; offsets below it are
   committed, and consumer reads never return a batch reaching it. log_start_offset <= HW <= LEO;
+- last stable offset (LSO): the HW, or the first offset of a transaction still open or whose
+  marker is not yet below the HW if lower (Kafka's firstUnstableOffset, which the partition's
+  producer state keeps in `first_unstable_offset`); read_committed consumers read up to it;
 - recovery point: every offset below it is on disk (fsynced, indexes included). After an unclean
   shutdown only the segments from the one holding the recovery point onward are re-scanned.
 
@@ -71,9 +74,16 @@ from riverbed.hot.storage.segment import (
     RollbackFailedError,
     TornSegmentError,
 )
+from riverbed.hot.storage.transactions import AbortedTxn
+from riverbed.protocol.control_records import ControlType, read_marker
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.record_types import Record, TopicPartition
-from riverbed.protocol.records import BatchHeader, assign_offsets, decode_batch
+from riverbed.protocol.records import (
+    BatchHeader,
+    CorruptRecordError,
+    assign_offsets,
+    decode_batch,
+)
 from riverbed.protocol.regions import FileRegion
 
 log = logging.getLogger(__name__)
@@ -91,6 +101,9 @@ DELETED_DIR_SUFFIX = "-delete"
 WRITE_REFUSED_BACKOFF_MS = 1_000
 # The offset DeleteRecords moved the log start to, one integer, in the partition's directory.
 LOG_START_FILE = "log-start-offset-checkpoint"
+
+# A transaction marker read back from the log: (type, coordinator epoch).
+Marker = tuple[ControlType, int]
 
 
 @dataclass(frozen=True)
@@ -161,6 +174,9 @@ class SealedBatches:
     fd: int
     position: int
     size_bytes: int
+    # The segment's aborted-transaction index entries: what a read_committed reader of these
+    # batches needs besides them (the tier keeps them with the batches).
+    aborted_txns: tuple[AbortedTxn, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +249,12 @@ class PartitionLog:
         self._recovered_from: int | None = None
         # Replaced by the persisted cache when `open` loads it.
         self.leader_epochs = LeaderEpochCache(directory)
+        # Kept by the partition's producer state (see the module docstring); None: no
+        # transaction is open or unreplicated.
+        self.first_unstable_offset: int | None = None
+        # An upper bound of the marker offsets in the txn indexes (-1: no abort in this log):
+        # a read_committed fetch from above it looks at no index at all.
+        self._aborted_last_offset_max = -1
         self._truncated_before = _load_truncated_before(directory)
         self._high_watermark = max(self._high_watermark, self.log_start_offset)
 
@@ -268,6 +290,7 @@ class PartitionLog:
         partition_log = cls(directory, tp, config, segments, now_ms, flush_executor, on_offline)
         partition_log._load(recovery_point)
         partition_log._load_leader_epochs()
+        partition_log._load_txn_indexes()
         return partition_log
 
     def _load(self, recovery_point: int | None) -> None:
@@ -319,6 +342,26 @@ class PartitionLog:
                     cache.assign(header.partition_leader_epoch, header.base_offset)
             cache.persist()
         self.leader_epochs = cache
+
+    def _load_txn_indexes(self) -> None:
+        """Drop txn index entries of markers recovery cut (only the active segment can hold
+        any: the segments after it are gone with their files), and find the highest marker
+        offset indexed. Reads at most the index files of the last segments with one."""
+        self._active.txn_index.truncate_to(self.log_end_offset)
+        self._refresh_aborted_last_offset_max()
+
+    def _refresh_aborted_last_offset_max(self) -> None:
+        self._aborted_last_offset_max = -1
+        for segment in reversed(self._segments):
+            last_offset = segment.txn_index.last_offset
+            if last_offset >= 0:
+                self._aborted_last_offset_max = last_offset
+                return
+
+    @property
+    def recovered_from(self) -> int | None:
+        """The base offset the last open re-scanned from (None: a clean open)."""
+        return self._recovered_from
 
     def _recover(self, first_slot: int) -> None:
         """Re-scan segments from `first_slot` on; cut at the first invalid batch and delete
@@ -401,6 +444,12 @@ class PartitionLog:
     @property
     def high_watermark(self) -> int:
         return self._high_watermark
+
+    @property
+    def last_stable_offset(self) -> int:
+        unstable = self.first_unstable_offset
+        high_watermark = self._high_watermark
+        return high_watermark if unstable is None or unstable > high_watermark else unstable
 
     @property
     def recovery_point(self) -> int:
@@ -714,6 +763,52 @@ class PartitionLog:
                 for _, header in self._segments[slot].scan(found.position):
                     yield header
 
+    def batches_with_markers(
+        self, start_offset: int
+    ) -> Iterator[tuple[BatchHeader, Marker | None]]:
+        """`batch_headers`, each with its transaction marker if it is a control batch (one small
+        record read per marker; None for data batches and for control batches that are not
+        well-formed markers, which the producer state skips as Kafka skips empty ones)."""
+        self._check_usable()
+        for slot in range(self._segment_slot(start_offset), len(self._segments)):
+            segment = self._segments[slot]
+            found = segment.find_batch(start_offset)
+            if found is None:
+                continue
+            for position, header in segment.scan(found.position):
+                marker: Marker | None = None
+                if header.is_control:
+                    try:
+                        marker = read_marker(segment.read_batch(position, header), 0, header)
+                    except CorruptRecordError as error:
+                        log.warning("%s: %s", self, error)
+                yield header, marker
+
+    def record_aborted_txn(self, txn: AbortedTxn) -> None:
+        """Index an aborted transaction in the segment holding its marker (skipped if that
+        index has it already: a replay after a restart)."""
+        self._check_usable()
+        self._segments[self._segment_slot(txn.last_offset)].add_aborted_txn(txn)
+        self._aborted_last_offset_max = max(self._aborted_last_offset_max, txn.last_offset)
+
+    def aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Every aborted transaction with data in [start_offset, upper_bound_offset): its
+        marker at or after `start_offset`, its first offset below the bound (Kafka's
+        collectAbortedTransactions). No index is read when no marker lies at or above
+        `start_offset`, the common case of a read_committed consumer at the tail."""
+        if self._aborted_last_offset_max < start_offset or start_offset >= upper_bound_offset:
+            return []
+        self._check_usable()
+        found: list[AbortedTxn] = []
+        for slot in range(self._segment_slot(start_offset), len(self._segments)):
+            txns, complete = self._segments[slot].txn_index.collect(
+                start_offset, upper_bound_offset
+            )
+            found += txns
+            if complete:
+                break
+        return found
+
     def _offset_at(self, slot: int, position: int) -> int:
         """The first offset of the batch at `position` of segment `slot` (a batch boundary), or
         where the next segment starts if it is the end: one header read at most."""
@@ -819,6 +914,7 @@ class PartitionLog:
                 os.dup(segment.fd),
                 position,
                 segment.size - position,
+                tuple(segment.aborted_txns),
             )
         return None
 
@@ -952,6 +1048,7 @@ class PartitionLog:
         self.leader_epochs.truncate_from_end(end_offset)
         self._high_watermark = min(self._high_watermark, end_offset)
         self._hw_position = None
+        self._refresh_aborted_last_offset_max()
         with self._recovery_point_lock:
             self._recovery_point = min(self._recovery_point, end_offset)
         if self._active.size == 0:
@@ -971,6 +1068,7 @@ class PartitionLog:
         self.leader_epochs.truncate_from_end(0)
         self._high_watermark = offset
         self._hw_position = None
+        self._aborted_last_offset_max = -1
         with self._recovery_point_lock:
             self._recovery_point = offset
         log.info("%s: restarted empty at offset %d", self, offset)

@@ -15,15 +15,27 @@ ProducerAppendInfo / UnifiedLog apply them to a client's batch with a producer i
   Kafka's rule since KIP-360 (2.5): its state may be gone through retention or expiry while the
   producer lives on, and the broker cannot tell that apart from a lost first batch.
 
-Batches without a producer id (-1) pass straight through. Transactional batches are refused with
-INVALID_TXN_STATE, as Kafka refuses them outside a transaction: Riverbed has no transaction
-coordinator, so no transaction can ever be open.
+Batches without a producer id (-1) pass straight through.
+
+Transactions (KIP-98), as Kafka's ProducerAppendInfo / ProducerStateManager keep them: a
+producer's first transactional batch opens its transaction in this partition
+(`current_txn_first_offset`); a non-transactional batch while one is open is refused with
+INVALID_TXN_STATE; a marker (control batch) closes it, yielding a `CompletedTxn`. A marker with an
+epoch below the producer's is refused with INVALID_PRODUCER_EPOCH (Kafka's answer since 2.7), one
+from a coordinator epoch below the last the producer's markers carried with
+TRANSACTION_COORDINATOR_FENCED. Completed transactions stay "unreplicated" until the high
+watermark passes their marker: until then they still hold the last stable offset back
+(`first_unstable_offset`). Appends from a coordinator (AppendOrigin.COORDINATOR: TxnOffsetCommit
+records) skip the duplicate and sequence checks; epochs are checked. A producer with an open
+transaction never expires.
 
 The state is derived from batch headers only (never records) and can always be rebuilt from the
 log: `rebuild` replays headers. So that reopening a log does not scan all of it, the state is
 snapshotted to `<offset 20 digits>.snapshot` in the partition directory (the state after every
 batch below that offset); `load_producer_state` starts from the latest valid snapshot at or below
-the log end offset and replays only the batches after it.
+the log end offset and replays only the batches after it. Replay needs the type of each marker,
+so it takes (header, marker) pairs (`PartitionLog.batches_with_markers`) and returns the aborted
+transactions it completed, for the log's transaction index.
 """
 
 from __future__ import annotations
@@ -32,21 +44,39 @@ import logging
 import os
 import struct
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 import crc32c
 from riverbed.common.fileio import write_atomically
+from riverbed.hot.storage.transactions import (
+    NO_TXN_OFFSET,
+    AbortedTxn,
+    AppendOrigin,
+    CompletedTxn,
+)
+from riverbed.protocol.control_records import ControlType
 from riverbed.protocol.errors import ErrorCode, KafkaError
 from riverbed.protocol.records import BatchHeader
+
+__all__ = [
+    "AbortedTxn",
+    "AppendOrigin",
+    "CompletedTxn",
+    "DuplicateBatch",
+    "ProducerEntry",
+    "ProducerStateManager",
+    "load_producer_state",
+]
 
 log = logging.getLogger(__name__)
 
 NO_PRODUCER_ID: Final = -1
 NO_PRODUCER_EPOCH: Final = -1
 NO_SEQUENCE: Final = -1
+NO_COORDINATOR_EPOCH: Final = -1
 SEQUENCE_MAX: Final = 2**31 - 1
 # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN: the producer's max.in.flight limit of 5.
 BATCHES_RETAINED_MAX: Final = 5
@@ -56,13 +86,17 @@ PRODUCER_ID_EXPIRATION_MS: Final = 24 * 60 * 60 * 1000
 SNAPSHOT_SUFFIX: Final = ".snapshot"
 # The newest snapshots kept; an older one is the fallback should the newest be unreadable.
 SNAPSHOTS_KEPT_MAX: Final = 2
-SNAPSHOT_VERSION: Final = 1
+SNAPSHOT_VERSION: Final = 2
+SNAPSHOT_VERSION_V1: Final = 1
 # Snapshot layout (big-endian): version int16, crc uint32 (CRC-32C of everything after it),
-# producer count int32; per producer: id int64, epoch int16, last timestamp int64, batch count
-# int8; per batch: first seq int32, last seq int32, first offset int64, last offset int64.
+# producer count int32; per producer: id int64, epoch int16, last timestamp int64, (v2:) current
+# transaction's first offset int64 (-1: none), coordinator epoch int32, then batch count int8;
+# per batch: first seq int32, last seq int32, first offset int64, last offset int64. Version 1
+# (before transactions) lacks the two v2 fields; it is still read.
 _SNAPSHOT_HEADER: Final = struct.Struct(">hIi")
 _SNAPSHOT_CRC_END: Final = 6  # the CRC covers the bytes after version and crc
-_PRODUCER: Final = struct.Struct(">qhqb")
+_PRODUCER: Final = struct.Struct(">qhqqib")
+_PRODUCER_V1: Final = struct.Struct(">qhqb")
 _BATCH: Final = struct.Struct(">iiqq")
 
 
@@ -91,6 +125,10 @@ class ProducerEntry:
     )
     # The max timestamp of its last batch (Kafka's lastTimestamp): the clock of expiry.
     last_timestamp_ms: int = -1
+    # The first offset of its open transaction here (Kafka's currentTxnFirstOffset).
+    current_txn_first_offset: int = NO_TXN_OFFSET
+    # The coordinator epoch of its last marker: older coordinators are fenced.
+    coordinator_epoch: int = NO_COORDINATOR_EPOCH
 
     @property
     def last_seq(self) -> int:
@@ -120,6 +158,13 @@ class ProducerEntry:
         )
         self.last_timestamp_ms = header.max_timestamp
 
+    def update_epoch(self, epoch: int) -> None:
+        """A marker's epoch: a new one forgets the old epoch's batches (Kafka's
+        maybeUpdateProducerEpoch)."""
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self.batches.clear()
+
 
 def last_sequence(header: BatchHeader) -> int:
     """The sequence of the batch's last record: sequences wrap from int32 max to 0."""
@@ -145,6 +190,11 @@ class ProducerStateManager:
         # The offset of the snapshot this state was last written to or read from, if it is
         # the whole state (nothing appended since): Kafka's lastSnapOffset.
         self.snapshot_offset: int | None = None
+        # Open transactions: first offset -> producer id (Kafka's ongoingTxns).
+        self._ongoing: dict[int, int] = {}
+        # Completed transactions whose marker the HW has not passed yet, by first offset
+        # (Kafka's unreplicatedTxns).
+        self._unreplicated: dict[int, CompletedTxn] = {}
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -152,58 +202,144 @@ class ProducerStateManager:
     def entry(self, producer_id: int) -> ProducerEntry | None:
         return self._producers.get(producer_id)
 
-    def check(self, headers: Sequence[BatchHeader]) -> DuplicateBatch | None:
+    def producers(self) -> Iterator[ProducerEntry]:
+        """The active producers (DescribeProducers)."""
+        return iter(list(self._producers.values()))
+
+    @property
+    def ongoing_txns(self) -> dict[int, int]:
+        """Open transactions, first offset -> producer id (a copy)."""
+        return dict(self._ongoing)
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of an open transaction or of a completed one whose marker is not
+        below `high_watermark` (Kafka's firstUnstableOffset); None if there is none. Completed
+        transactions the HW has passed are forgotten here (Kafka's onHighWatermarkUpdated)."""
+        unreplicated = self._unreplicated
+        if unreplicated:
+            for first_offset in [
+                first for first, txn in unreplicated.items() if txn.last_offset < high_watermark
+            ]:
+                del unreplicated[first_offset]
+        ongoing = self._ongoing
+        if not ongoing and not unreplicated:
+            return None
+        if not unreplicated:
+            return min(ongoing)
+        if not ongoing:
+            return min(unreplicated)
+        return min(min(ongoing), min(unreplicated))
+
+    def check(
+        self, headers: Sequence[BatchHeader], origin: AppendOrigin = AppendOrigin.CLIENT
+    ) -> DuplicateBatch | None:
         """Validate a produce request's batches against the state (Kafka's rules, see the module
         docstring). Later batches of one producer in the same request are checked against the
         earlier ones. As in Kafka, the first duplicate answers for the whole request."""
-        # (epoch, last sequence) of producers as the earlier batches of this request leave them.
-        pending: dict[int, tuple[int, int]] = {}
+        client = origin is AppendOrigin.CLIENT
+        # (epoch, last sequence, in a transaction) of producers as the earlier batches of this
+        # request leave them.
+        pending: dict[int, tuple[int, int, bool]] = {}
         for header in headers:
             producer_id = header.producer_id
             if producer_id == NO_PRODUCER_ID:
                 continue
-            if header.is_transactional:
-                raise KafkaError(
-                    ErrorCode.INVALID_TXN_STATE,
-                    f"transactional batch of producer {producer_id}: Riverbed has no transactions",
-                )
             committed = self._producers.get(producer_id)
-            if committed is not None:
+            if committed is not None and client:
                 duplicate = committed.find_duplicate(header)
                 if duplicate is not None:
                     return DuplicateBatch(duplicate.first_offset, duplicate.last_offset)
-            committed_epoch = NO_PRODUCER_EPOCH if committed is None else committed.epoch
-            committed_last_seq = NO_SEQUENCE if committed is None else committed.last_seq
-            epoch, last_seq = pending.get(producer_id, (committed_epoch, committed_last_seq))
-            _check_batch(header, epoch, last_seq, committed_epoch)
-            pending[producer_id] = (header.producer_epoch, last_sequence(header))
+            if committed is None:
+                committed_state = (NO_PRODUCER_EPOCH, NO_SEQUENCE, False)
+            else:
+                in_txn = committed.current_txn_first_offset != NO_TXN_OFFSET
+                committed_state = (committed.epoch, committed.last_seq, in_txn)
+            epoch, last_seq, in_txn = pending.get(producer_id, committed_state)
+            if client:
+                _check_batch(header, epoch, last_seq, committed_state[0])
+            elif header.producer_epoch < epoch:
+                raise KafkaError(
+                    ErrorCode.INVALID_PRODUCER_EPOCH,
+                    f"producer {producer_id} epoch {header.producer_epoch} is older than {epoch}",
+                )
+            if in_txn and not header.is_transactional:
+                raise KafkaError(
+                    ErrorCode.INVALID_TXN_STATE,
+                    f"producer {producer_id} sent a non-transactional batch while its "
+                    "transaction is open",
+                )
+            pending[producer_id] = (
+                header.producer_epoch,
+                last_sequence(header),
+                in_txn or header.is_transactional,
+            )
         return None
 
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """Validate a marker the leader is about to append (Kafka's appendEndTxnMarker checks)."""
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.epoch:
+            raise KafkaError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"marker of producer {producer_id} at epoch {producer_epoch}, older than "
+                f"{entry.epoch}",
+            )
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise KafkaError(
+                ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                f"marker of producer {producer_id} from coordinator epoch {coordinator_epoch}, "
+                f"older than {entry.coordinator_epoch}",
+            )
+
     def on_append(self, headers: Sequence[BatchHeader], first_offset: int) -> None:
-        """Record batches just appended, the first at `first_offset` (the log assigns
+        """Record data batches just appended, the first at `first_offset` (the log assigns
         consecutive offsets, so each batch's base offset follows from the previous one)."""
         self.snapshot_offset = None
         base_offset = first_offset
         for header in headers:
-            self._apply(header, base_offset)
+            self._apply_data(header, base_offset)
             base_offset += header.last_offset_delta + 1
 
-    def rebuild(self, batches: Iterable[BatchHeader]) -> None:
-        """Replay headers whose offsets are final, without validation: headers read back from
-        the log (what is in it was accepted when it was written), or a follower's batches just
-        appended with the leader's offsets (the leader validated them)."""
+    def on_marker(
+        self, header: BatchHeader, control_type: ControlType, coordinator_epoch: int
+    ) -> AbortedTxn | None:
+        """Record a marker just appended (`header` with its final offset); the aborted
+        transaction it ends, for the transaction index, if it aborted one."""
         self.snapshot_offset = None
-        for header in batches:
-            self._apply(header, header.base_offset)
+        return self._apply_marker(header, control_type, coordinator_epoch)
+
+    def rebuild(
+        self, batches: Iterable[tuple[BatchHeader, tuple[ControlType, int] | None]]
+    ) -> list[AbortedTxn]:
+        """Replay batches whose offsets are final, without validation: read back from the log
+        (what is in it was accepted when it was written), or a follower's batches just appended
+        with the leader's offsets (the leader validated them). Each comes with its marker
+        (type, coordinator epoch) if it is one. Returns the aborted transactions the markers
+        ended, oldest first, for the transaction index."""
+        self.snapshot_offset = None
+        aborted: list[AbortedTxn] = []
+        for header, marker in batches:
+            if not header.is_control:
+                self._apply_data(header, header.base_offset)
+            elif marker is not None:
+                txn = self._apply_marker(header, marker[0], marker[1])
+                if txn is not None:
+                    aborted.append(txn)
+        return aborted
 
     def remove_expired(self, now_ms: int, expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> int:
         """Forget producers idle longer than `expiration_ms` (bounds the state); return how many.
 
-        Like Kafka, idleness is measured by the batches' own max timestamps."""
+        Like Kafka, idleness is measured by the batches' own max timestamps, and a producer with
+        an open transaction never expires (its transaction holds the LSO; the coordinator
+        aborts it on its timeout)."""
         expired = [
             producer_id
             for producer_id, entry in self._producers.items()
             if now_ms - entry.last_timestamp_ms > expiration_ms
+            and entry.current_txn_first_offset == NO_TXN_OFFSET
         ]
         for producer_id in expired:
             del self._producers[producer_id]
@@ -211,14 +347,42 @@ class ProducerStateManager:
             self.snapshot_offset = None
         return len(expired)
 
-    def _apply(self, header: BatchHeader, base_offset: int) -> None:
-        # Control batches (transaction markers) carry no sequences.
+    def _entry(self, producer_id: int) -> ProducerEntry:
+        entry = self._producers.get(producer_id)
+        if entry is None:
+            entry = self._producers[producer_id] = ProducerEntry(producer_id)
+        return entry
+
+    def _apply_data(self, header: BatchHeader, base_offset: int) -> None:
         if header.producer_id == NO_PRODUCER_ID or header.is_control:
             return
-        entry = self._producers.get(header.producer_id)
-        if entry is None:
-            entry = self._producers[header.producer_id] = ProducerEntry(header.producer_id)
+        entry = self._entry(header.producer_id)
         entry.add(header, base_offset)
+        if header.is_transactional and entry.current_txn_first_offset == NO_TXN_OFFSET:
+            entry.current_txn_first_offset = base_offset
+            self._ongoing[base_offset] = header.producer_id
+
+    def _apply_marker(
+        self, header: BatchHeader, control_type: ControlType, coordinator_epoch: int
+    ) -> AbortedTxn | None:
+        entry = self._entry(header.producer_id)
+        entry.update_epoch(header.producer_epoch)
+        entry.coordinator_epoch = coordinator_epoch
+        entry.last_timestamp_ms = header.max_timestamp
+        first_offset = entry.current_txn_first_offset
+        if first_offset == NO_TXN_OFFSET:
+            return None  # a marker of a transaction without data here changes nothing
+        entry.current_txn_first_offset = NO_TXN_OFFSET
+        marker_offset = header.base_offset
+        is_aborted = control_type == ControlType.ABORT
+        completed = CompletedTxn(header.producer_id, first_offset, marker_offset, is_aborted)
+        self._ongoing.pop(first_offset, None)
+        self._unreplicated[first_offset] = completed
+        if not is_aborted:
+            return None
+        # Kafka's lastStableOffset(completedTxn): where the LSO may go once this one is done.
+        next_open = min(self._ongoing, default=marker_offset + 1)
+        return AbortedTxn(header.producer_id, first_offset, marker_offset, next_open)
 
     # -- snapshots -----------------------------------------------------------------------------
 
@@ -249,7 +413,12 @@ class ProducerStateManager:
         body = bytearray(struct.pack(">i", len(self._producers)))
         for entry in self._producers.values():
             body += _PRODUCER.pack(
-                entry.producer_id, entry.epoch, entry.last_timestamp_ms, len(entry.batches)
+                entry.producer_id,
+                entry.epoch,
+                entry.last_timestamp_ms,
+                entry.current_txn_first_offset,
+                entry.coordinator_epoch,
+                len(entry.batches),
             )
             for batch in entry.batches:
                 body += _BATCH.pack(
@@ -263,7 +432,7 @@ class ProducerStateManager:
         if len(data) < _SNAPSHOT_HEADER.size:
             raise ValueError(f"snapshot of {len(data)} bytes is truncated")
         version, crc, count = _SNAPSHOT_HEADER.unpack_from(data)
-        if version != SNAPSHOT_VERSION:
+        if version not in (SNAPSHOT_VERSION, SNAPSHOT_VERSION_V1):
             raise ValueError(f"unknown snapshot version {version}")
         if crc32c.crc32c(data[_SNAPSHOT_CRC_END:]) != crc:
             raise ValueError("snapshot fails its CRC")
@@ -271,11 +440,31 @@ class ProducerStateManager:
         position = _SNAPSHOT_HEADER.size
         try:
             for _ in range(count):
-                producer_id, epoch, last_timestamp_ms, batches = _PRODUCER.unpack_from(
-                    data, position
+                if version == SNAPSHOT_VERSION_V1:
+                    producer_id, epoch, last_timestamp_ms, batches = _PRODUCER_V1.unpack_from(
+                        data, position
+                    )
+                    position += _PRODUCER_V1.size
+                    txn_first_offset, coordinator_epoch = NO_TXN_OFFSET, NO_COORDINATOR_EPOCH
+                else:
+                    (
+                        producer_id,
+                        epoch,
+                        last_timestamp_ms,
+                        txn_first_offset,
+                        coordinator_epoch,
+                        batches,
+                    ) = _PRODUCER.unpack_from(data, position)
+                    position += _PRODUCER.size
+                entry = ProducerEntry(
+                    producer_id,
+                    epoch,
+                    last_timestamp_ms=last_timestamp_ms,
+                    current_txn_first_offset=txn_first_offset,
+                    coordinator_epoch=coordinator_epoch,
                 )
-                position += _PRODUCER.size
-                entry = ProducerEntry(producer_id, epoch, last_timestamp_ms=last_timestamp_ms)
+                if txn_first_offset != NO_TXN_OFFSET:
+                    manager._ongoing[txn_first_offset] = producer_id
                 for _ in range(batches):
                     entry.batches.append(BatchMetadata(*_BATCH.unpack_from(data, position)))
                     position += _BATCH.size
@@ -352,18 +541,28 @@ def _without_snapshots_above(files: list[Path], offset: int) -> list[Path]:
 def load_producer_state(
     directory: Path,
     log_end_offset: int,
-    batches_from: Callable[[int], Iterable[BatchHeader]],
+    batches_from: Callable[[int], Iterable[tuple[BatchHeader, tuple[ControlType, int] | None]]],
+    *,
+    replay_from_max: int | None = None,
+    on_aborted: Callable[[AbortedTxn], None] | None = None,
 ) -> ProducerStateManager:
     """The state of a log reopened at `log_end_offset`: the latest readable snapshot at or below
     it, plus the batches after that snapshot (`batches_from(offset)` yields the headers of the
-    batches holding offsets >= offset, oldest first). Snapshots above the log end offset are
-    deleted first (as `delete_snapshots_above` does; the directory is listed once), unreadable
-    ones too. After a truncation, calling it again with the new log end offset gives the state
-    of the truncated log."""
+    batches holding offsets >= offset, oldest first, each with its marker if it is one).
+    Snapshots above the log end offset are deleted first (as `delete_snapshots_above` does; the
+    directory is listed once), unreadable ones too. After a truncation, calling it again with
+    the new log end offset gives the state of the truncated log.
+
+    `replay_from_max`: replay at least from there (a snapshot above it is not used, nor
+    deleted): recovery re-scanned the log from that offset after an unclean shutdown, and the
+    transaction indexes of those segments may lack entries their markers need. `on_aborted`
+    gets each aborted transaction the replay completes (the log's index skips those it has)."""
     manager: ProducerStateManager | None = None
     start_offset = 0
     for path in reversed(_without_snapshots_above(snapshot_files(directory), log_end_offset)):
         offset = int(path.stem)
+        if replay_from_max is not None and offset > replay_from_max:
+            continue
         try:
             manager = ProducerStateManager.decode_snapshot(path.read_bytes())
         except (OSError, ValueError) as error:
@@ -377,7 +576,12 @@ def load_producer_state(
     elif start_offset == log_end_offset:
         manager.snapshot_offset = start_offset  # the snapshot is the whole state
     if start_offset < log_end_offset:
-        manager.rebuild(
-            header for header in batches_from(start_offset) if header.base_offset >= start_offset
+        aborted = manager.rebuild(
+            (header, marker)
+            for header, marker in batches_from(start_offset)
+            if header.base_offset >= start_offset
         )
+        if on_aborted is not None:
+            for txn in aborted:
+                on_aborted(txn)
     return manager

@@ -1,7 +1,8 @@
-"""One log segment: a `.log` file of whole v2 record batches plus its two sparse indexes.
+"""One log segment: a `.log` file of whole v2 record batches plus its two sparse indexes and,
+once a transaction aborts in it, its aborted-transaction index (txn_index.py).
 
 Files are named by the segment's base offset padded to 20 digits (`00000000000000000000.log`,
-`.index`, `.timeindex`) so that `ls` lists them in offset order.
+`.index`, `.timeindex`, `.txnindex`) so that `ls` lists them in offset order.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from riverbed.hot.storage.index import (
     Row,
     TimeIndex,
 )
+from riverbed.hot.storage.transactions import AbortedTxn
+from riverbed.hot.storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 from riverbed.protocol.records import (
     RECORD_BATCH_OVERHEAD,
     BatchHeader,
@@ -36,7 +39,7 @@ from riverbed.protocol.records import (
 log = logging.getLogger(__name__)
 
 LOG_SUFFIX = ".log"
-SEGMENT_SUFFIXES = (LOG_SUFFIX, OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+SEGMENT_SUFFIXES = (LOG_SUFFIX, OFFSET_INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 # Added to the files of a segment that is gone from its log but not yet unlinked (Kafka's name).
 DELETED_SUFFIX = ".deleted"
 # Kafka's RecordBatch.NO_TIMESTAMP: the max timestamp of a segment without timestamps.
@@ -109,6 +112,7 @@ class LogSegment:
         self.size = os.fstat(self._fd).st_size
         self.offset_index = OffsetIndex(index_path, base_offset)
         self.time_index = TimeIndex(time_index_path, base_offset)
+        self.txn_index = TransactionIndex(segment_file(directory, base_offset, TXN_INDEX_SUFFIX))
         self.sealed = False
         self.next_offset: int | None = None
         # The broker time the segment.ms clock of this segment started at (None while empty).
@@ -131,6 +135,7 @@ class LogSegment:
         # Index files left by an earlier segment at this offset describe other data.
         segment.offset_index.reset()
         segment.time_index.reset()
+        segment.txn_index.reset()
         segment.next_offset = base_offset
         segment._max_timestamp = (NO_TIMESTAMP, base_offset)
         return segment
@@ -289,6 +294,15 @@ class LogSegment:
         self.sealed = True
         self._recent.clear()  # reads move on to the new active segment
 
+    def add_aborted_txn(self, txn: AbortedTxn) -> bool:
+        """Index a transaction whose abort marker this segment holds (skipped if indexed)."""
+        return self.txn_index.append(txn)
+
+    @property
+    def aborted_txns(self) -> list[AbortedTxn]:
+        """The aborted transactions whose markers this segment holds, by marker offset."""
+        return self.txn_index.entries
+
     def fits(self, last_offset: int, size_bytes: int) -> bool:
         """Whether a relative offset and file position can still address such an append."""
         return (
@@ -408,6 +422,7 @@ class LogSegment:
             os.ftruncate(self._fd, position)
             self.size = position
             self._recent.clear()
+        self.txn_index.truncate_to(offset)
         self.sealed = False
         self.load_tail()
         return removed_bytes
@@ -417,15 +432,19 @@ class LogSegment:
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def dup_fds(self) -> list[int]:
         """Descriptors a background thread may fsync and close without racing `close`."""
-        return [os.dup(fd) for fd in (self._fd, self.offset_index.fd, self.time_index.fd)]
+        fds = [os.dup(fd) for fd in (self._fd, self.offset_index.fd, self.time_index.fd)]
+        txn_fd = self.txn_index.dup_fd()
+        return fds if txn_fd is None else [*fds, txn_fd]
 
     def close(self) -> None:
         os.close(self._fd)
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
 
     def delete(self) -> None:
         self.close()
@@ -448,5 +467,5 @@ class LogSegment:
             renamed.append(target)
         return renamed
 
-    def _paths(self) -> tuple[Path, Path, Path]:
-        return (self.log_path, self.offset_index.path, self.time_index.path)
+    def _paths(self) -> tuple[Path, Path, Path, Path]:
+        return (self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path)

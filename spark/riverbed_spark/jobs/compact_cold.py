@@ -8,14 +8,15 @@ It computes what a broker's pass computes (riverbed.tiering.cold_compaction: the
 same rule, the same group rewrite) and commits it through the same manifest steps
 (riverbed.tiering.cold_commit), so both give the same compacted log. For each partition:
 
-1. On the driver: the topic's configs and high watermark from the cluster, the latest manifest
+1. On the driver: the topic's configs and last stable offset from the cluster, the latest manifest
    from the store, the plan. Nothing due (or a compaction already pending): skipped.
 2. The claim is committed at the manifest's leader epoch, as `spark-<application id>`, with a
    lease (--lease-ms): a leader change (a later epoch) fences the job's swap, and the leader
    aborts a claim whose lease ran out; a broker never starts a pass while it is pending.
 3. On the executors: every row of the plan's objects is read from the store; the latest offset
-   of each key is the largest among the dirty cold rows and the hot log up to the high
-   watermark (read through the brokers by the `riverbed` source); a left join gives each row
+   of each key is the largest among the dirty cold rows and the hot log up to the last stable
+   offset (read through the brokers by the `riverbed` source at read_committed), records of
+   aborted transactions left out (they must not decide); a left join gives each row
    its key's latest offset. Unlike the broker's map, this aggregation has no memory bound of
    Riverbed's: Spark spills it.
 4. One task per group rewrites its objects into one new object (only if something in it goes)
@@ -69,6 +70,7 @@ from riverbed.tiering.cold_compaction import (
     ColdPlan,
     GroupRewrite,
     KeepRule,
+    aborted_mask,
     compacted_segment,
     plan_cold_compaction,
     rewrite_group,
@@ -77,6 +79,7 @@ from riverbed.tiering.manifest import Manifest, PendingCompaction, RemoteSegment
 from riverbed.tiering.remote_metadata import RemoteMetadata
 from riverbed.tiering.store import ObjectStore
 from riverbed.tiering.stores import open_store
+from riverbed.tiering.txn_ranges import AbortedRange
 
 from riverbed_spark.cold import ColdStore
 from riverbed_spark.jobs.session import job_session, progress
@@ -86,7 +89,7 @@ from riverbed_spark.source import RiverbedDataSource
 _progress = functools.partial(progress, "compact_cold")
 
 LEASE_MS_DEFAULT = 6 * 60 * 60 * 1000
-ROW_SCHEMA = "grp int, offset long, key binary"
+ROW_SCHEMA = "grp int, offset long, key binary, aborted boolean"
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,7 @@ def _compact_partition(
     for it (an S3 store's client belongs to the loop that opened it)."""
     where = f"{args.topic}-{partition}"
     started = time.monotonic()
-    high_watermark = asyncio.run(_high_watermark(args.bootstrap_servers, args.topic, partition))
+    stable_end = asyncio.run(_last_stable_offset(args.bootstrap_servers, args.topic, partition))
     now_ms = int(time.time() * 1000)
     manifest = asyncio.run(_in_store(store, args.topic, partition, _latest))
     if manifest.compaction is not None:
@@ -160,11 +163,9 @@ def _compact_partition(
 
     asyncio.run(_in_store(store, args.topic, partition, claim))
     _progress(f"{where}: claimed compaction {pending.id}: {len(plan.groups)} groups, "
-              f"{plan.log_bytes} log bytes, high watermark {high_watermark}")  # fmt: skip
+              f"{plan.log_bytes} log bytes, last stable offset {stable_end}")  # fmt: skip
     try:
-        written = _rewrite(
-            spark, args, store, config, plan, pending, manifest, high_watermark, now_ms
-        )
+        written = _rewrite(spark, args, store, config, plan, pending, manifest, stable_end, now_ms)
 
         async def swap(objects: ObjectStore, metadata: RemoteMetadata) -> Manifest:
             swapped_ms = int(time.time() * 1000)
@@ -226,11 +227,22 @@ def _rewrite(
     plan: ColdPlan,
     pending: PendingCompaction,
     manifest: Manifest,
-    high_watermark: int,
+    stable_end: int,
     now_ms: int,
 ) -> dict[str, RemoteSegment]:
-    """Steps 3 and 4: the new objects written; output key -> its manifest entry."""
-    map_end = max(high_watermark, plan.cold_end_offset)
+    """Steps 3 and 4: the new objects written; output key -> its manifest entry.
+
+    The map leaves out records of aborted transactions and stops at the last stable offset
+    (`stable_end`), as the broker's does. Below the first transaction still open at the cold
+    tier's end, the objects' own transactions decide which records are aborted; from there the
+    `riverbed` source at read_committed does (through the broker, which knows how those ended)."""
+    unstable_from = plan.transactions.unstable_from
+    cold_decided = min(
+        plan.cold_end_offset,
+        stable_end,
+        plan.cold_end_offset if unstable_from is None else unstable_from,
+    )
+    map_end = max(stable_end, cold_decided)
     rule = KeepRule(now_ms - config.delete_retention_ms, map_end)
     tasks = [
         GroupTask(index, tuple((s.key, s.size_bytes) for s in group), planned.output)
@@ -238,12 +250,13 @@ def _rewrite(
     ]
     rows = _cold_rows(spark, store, plan)
     dirty = rows.where(
-        (F.col("offset") >= plan.first_dirty_offset) & F.col("key").isNotNull()
+        (F.col("offset") >= plan.first_dirty_offset)
+        & (F.col("offset") < cold_decided)
+        & F.col("key").isNotNull()
+        & ~F.col("aborted")
     ).select("key", "offset")
-    if high_watermark > plan.cold_end_offset:
-        hot = _hot_keys(
-            args, spark, store, plan.cold_end_offset, high_watermark, manifest.partition
-        )
+    if stable_end > cold_decided:
+        hot = _hot_keys(args, spark, store, cold_decided, stable_end, manifest.partition)
         dirty = dirty.unionByName(hot)
     latest = dirty.groupBy("key").agg(F.max("offset").alias("latest"))
     joined = (
@@ -299,6 +312,7 @@ def _cold_rows(spark: SparkSession, store: StoreOptions, plan: ColdPlan) -> Data
         spark.read.format(RowsSource.name())
         .option("store", json.dumps([store.url, dict(store.settings)]))
         .option("objects", json.dumps(objects))
+        .option("aborted", json.dumps([list(a) for a in plan.transactions.aborted]))
         .load()
     )
 
@@ -311,8 +325,8 @@ def _hot_keys(
     end: int,
     partition: int,
 ) -> DataFrame:
-    """(key, offset) of the keyed records of [start, end), read by the `riverbed` source (the
-    brokers' hot log, or objects tiered since)."""
+    """(key, offset) of the keyed records of [start, end) at read_committed, read by the
+    `riverbed` source (the brokers' hot log, or objects tiered since)."""
     topic = args.topic
     options = {
         "bootstrap.servers": args.bootstrap_servers,
@@ -320,6 +334,7 @@ def _hot_keys(
         "assign": json.dumps({topic: [partition]}),
         "startingOffsets": json.dumps({topic: {str(partition): start}}),
         "endingOffsets": json.dumps({topic: {str(partition): end}}),
+        "kafka.isolation.level": "read_committed",
         **store.settings,
     }
     return (
@@ -340,8 +355,10 @@ class ObjectsSplit(InputPartition):
 
 
 class RowsSource(DataSource):
-    """Reads (group, offset, key) of the data rows of the objects in option `objects` (JSON
-    [[group, key], ...]) from the store in option `store` (JSON [url, settings])."""
+    """Reads (group, offset, key, aborted) of the data rows of the objects in option `objects`
+    (JSON [[group, key], ...]) from the store in option `store` (JSON [url, settings]);
+    `aborted`: whether the row is a record of one of the aborted transactions in option
+    `aborted` (JSON [[producer id, first offset, last offset], ...])."""
 
     @classmethod
     def name(cls) -> str:
@@ -353,13 +370,17 @@ class RowsSource(DataSource):
     def reader(self, schema: StructType) -> RowsReader:
         url, settings = json.loads(self.options["store"])
         objects = [(int(g), str(k)) for g, k in json.loads(self.options["objects"])]
-        return RowsReader(StoreOptions(url, settings), objects)
+        aborted = [AbortedRange(*map(int, a)) for a in json.loads(self.options["aborted"])]
+        return RowsReader(StoreOptions(url, settings), objects, aborted)
 
 
 class RowsReader(DataSourceReader):
-    def __init__(self, store: StoreOptions, objects: list[tuple[int, str]]) -> None:
+    def __init__(
+        self, store: StoreOptions, objects: list[tuple[int, str]], aborted: list[AbortedRange]
+    ) -> None:
         self.store = store
         self.objects = objects
+        self.aborted = aborted
 
     def partitions(self) -> list[ObjectsSplit]:
         # A few objects per task: starting a task costs more than reading a small object.
@@ -383,8 +404,9 @@ class RowsReader(DataSourceReader):
                             pa.array([grp] * rows.num_rows, pa.int32()),
                             rows.column("offset").combine_chunks(),
                             rows.column("key").combine_chunks(),
+                            aborted_mask(rows, self.aborted).combine_chunks(),
                         ],
-                        names=["grp", "offset", "key"],
+                        names=["grp", "offset", "key", "aborted"],
                     )
 
 
@@ -556,10 +578,11 @@ async def _topic_config(bootstrap: str, topic: str) -> TopicConfig:
     return topic_config(BrokerConfig.from_mapping({"zookeeper.connect": "unused:1"}), values)
 
 
-async def _high_watermark(bootstrap: str, topic: str, partition: int) -> int:
+async def _last_stable_offset(bootstrap: str, topic: str, partition: int) -> int:
     tp = TopicPartition(topic, partition)
     async with Admin(bootstrap_servers=bootstrap) as admin:
-        return (await admin.list_offsets({tp: "latest"}))[tp].offset
+        found = await admin.list_offsets({tp: "latest"}, isolation_level="read_committed")
+        return found[tp].offset
 
 
 def _settings(pairs: list[str]) -> Iterator[tuple[str, str]]:
