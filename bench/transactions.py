@@ -38,7 +38,7 @@ from bench.options import BenchOptions, BenchResult, Headline, Ratio
 from bench.procs import Broker, ProcessFailed, zookeeper
 
 NAME = "transactions"
-RECORDS_FULL = 300_000
+RECORDS_FULL = 1_000_000
 RECORDS_QUICK = 30_000
 VALUE_BYTES = 1024
 PARTITIONS = 4

@@ -92,12 +92,16 @@ async def test_sigterm_while_zookeeper_is_down_stops_within_the_bound(
     log = brokers[stopped].log_tail(400)
     assert took_s < STOP_BOUND_S, (took_s, log)
     # Each attempt ended at the bound: the remote controller's answer, or our own controller's.
+    # Our own controller may also see ZooKeeper go while an attempt's write is on the wire: kazoo
+    # then fails it at once with ConnectionLoss, which ends that attempt early, not late.
     ended = (
-        f"no answer within {SESSION_TIMEOUT_MS} ms"
+        (f"no answer within {SESSION_TIMEOUT_MS} ms", "ZooKeeper connection lost mid-request")
         if stopping == "controller"
-        else f"controller {active} answered REQUEST_TIMED_OUT"
+        else (f"controller {active} answered REQUEST_TIMED_OUT",)
     )
-    assert log.count(ended) == CONTROLLED_SHUTDOWN_ATTEMPTS_MAX, log
+    attempts = [line for line in log.splitlines() if "controlled shutdown attempt" in line]
+    assert len(attempts) == CONTROLLED_SHUTDOWN_ATTEMPTS_MAX, log
+    assert all(any(reason in line for reason in ended) for line in attempts), log
     assert f"controlled shutdown of broker {stopped} failed; stopping anyway" in log
 
     await own_zookeeper.start()

@@ -133,8 +133,12 @@ async def test_transactional_apis_need_kafkas_acls(broker_factory: BrokerFactory
             async def added() -> bool:
                 return await add_partitions(connection, pid, epoch) == {ErrorCode.NONE}
 
+            async def group_allowed() -> bool:
+                # Each ACL reaches the broker's cache through its own watch: wait for both.
+                return await add_offsets(connection, pid, epoch) == ErrorCode.NONE
+
             await eventually(added)
-            assert await add_offsets(connection, pid, epoch) == ErrorCode.NONE
+            await eventually(group_allowed)
             described = await describe(connection, TID)
             assert described.transaction_state == "Ongoing"
             # The offsets topic is not describable by this principal: left out.

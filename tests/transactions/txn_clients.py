@@ -18,7 +18,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.admin import KafkaAdminClient
-from riverbed import Admin
+from riverbed import Admin, Consumer
+from riverbed.client.types import TopicPartition as RiverbedTopicPartition
 
 # One broker: the transaction state topic and the offsets topic get one replica, and few
 # partitions so that the broker loads them quickly; timed-out transactions are looked for often.
@@ -207,6 +208,25 @@ async def read_aiokafka(
         await consumer.stop()
 
 
+async def read_riverbed(
+    bootstrap: str, topic: str, isolation: str, partitions: int, expected: int
+) -> list[bytes]:
+    tps = [RiverbedTopicPartition(topic, p) for p in range(partitions)]
+    values: list[bytes] = []
+    async with Consumer(bootstrap_servers=bootstrap, isolation_level=isolation) as consumer:
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        deadline = time.monotonic() + TIMEOUT_S
+        quiet_until: float | None = None
+        while quiet_until is None or time.monotonic() < quiet_until:
+            for records in (await consumer.getmany(*tps, timeout_ms=200)).values():
+                values += [r.value for r in records if r.value is not None]
+            if quiet_until is None and (len(values) >= expected or time.monotonic() > deadline):
+                quiet_until = time.monotonic() + QUIET_S
+    return values
+
+
 def _drain(poll: Callable[[], list[bytes]], values: list[bytes], expected: int) -> None:
     """Poll until `expected` values came, then QUIET_S longer to see that no more come."""
     deadline = time.monotonic() + TIMEOUT_S
@@ -233,6 +253,7 @@ async def read_all_clients(
             )
         ),
         "aiokafka": sorted(await read_aiokafka(bootstrap, topic, isolation, partitions, expected)),
+        "riverbed": sorted(await read_riverbed(bootstrap, topic, isolation, partitions, expected)),
     }
 
 
