@@ -46,7 +46,7 @@ from typing import Final, TypeVar
 import confluent_kafka
 from riverbed import Admin, Consumer, Producer, TopicPartition
 from riverbed.client.accumulator import DeliveryFuture
-from riverbed.errors import KafkaError, KafkaTimeoutError, RetriableError
+from riverbed.errors import KafkaError, KafkaTimeoutError, RetriableError, TopicError
 
 from tests.faults.history import NO_OFFSET, Ack, Fail, Header, HistoryWriter, Served, now_ms
 
@@ -577,11 +577,23 @@ async def create_topic(
 ) -> None:
     """Create the topic and return once every partition has a leader and a full ISR."""
     async with _admin(bootstrap) as admin:
-        await admin.create_topic(
-            name,
-            partitions=partitions,
-            replication_factor=replication_factor,
-            configs={"min.insync.replicas": str(min_insync_replicas)},
+
+        async def created() -> bool | None:
+            try:
+                await admin.create_topic(
+                    name,
+                    partitions=partitions,
+                    replication_factor=replication_factor,
+                    configs={"min.insync.replicas": str(min_insync_replicas)},
+                )
+            except TopicError as error:
+                if "number of live brokers" not in str(error):
+                    raise
+                return None  # INVALID_REPLICATION_FACTOR: brokers of a new cluster registering
+            return True
+
+        await _retry(
+            created, timeout_s, f"{name}: created at replication factor {replication_factor}"
         )
 
         async def in_sync() -> bool | None:
